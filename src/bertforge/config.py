@@ -1,0 +1,162 @@
+"""Model configuration: a dataclass whose field names are the keys of a Hugging Face BERT `config.json`.
+
+Torch-free on purpose, so that configs can be read, validated and printed without loading a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+
+from .errors import BertforgeError
+
+# Activations the encoder implements; the names are those HF writes in `hidden_act`.
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+
+# Keys HF writes into every config.json that say nothing about the model's maths.
+_HF_BOOKKEEPING = {
+    "_name_or_path", "transformers_version", "gradient_checkpointing", "use_cache",
+    "torch_dtype", "dtype", "output_attentions", "output_hidden_states", "return_dict",
+    "is_decoder", "add_cross_attention", "tie_word_embeddings", "chunk_size_feed_forward",
+    "classifier_dropout", "id2label", "label2id", "problem_type", "bos_token_id",
+    "eos_token_id", "sep_token_id", "finetuning_task", "tokenizer_class", "task_specific_params",
+}
+
+
+@dataclass
+class BertConfig:
+    """The shape and regularisation of a BERT encoder, spelled exactly as HF's `BertConfig`.
+
+    Defaults are those of BERT-base (Devlin et al., 2019). `architectures` records which HF class
+    a saved checkpoint corresponds to (e.g. `BertForPreTraining`); it does not change the encoder.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    model_type: str = "bert"
+    architectures: list[str] = field(default_factory=lambda: ["BertModel"])
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            _check(isinstance(getattr(self, name), int) and not isinstance(getattr(self, name), bool)
+                   and getattr(self, name) > 0, name, "a positive integer", getattr(self, name))
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            _check(_is_number(value) and value > 0, name, "a positive number", value)
+        _check(self.hidden_act in ACTIVATIONS, "hidden_act", f"one of {', '.join(ACTIVATIONS)}",
+               self.hidden_act)
+        _check(self.hidden_size % self.num_attention_heads == 0, "num_attention_heads",
+               f"a divisor of hidden_size={self.hidden_size}", self.num_attention_heads)
+        _check(isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size,
+               "pad_token_id", f"an id below vocab_size={self.vocab_size}", self.pad_token_id)
+        _check(self.model_type == "bert", "model_type", '"bert"', self.model_type)
+        _check(isinstance(self.architectures, list)
+               and all(isinstance(a, str) for a in self.architectures),
+               "architectures", "a list of class names", self.architectures)
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> "BertConfig":
+        """Build a config from a dict, ignoring HF's bookkeeping keys; unknown keys are errors.
+
+        `source` names where the dict came from, so that every message points at the file.
+        """
+        try:
+            return cls._from_dict(data)
+        except BertforgeError as e:
+            raise BertforgeError(f"{source}: {e}") from None
+
+    @classmethod
+    def _from_dict(cls, data: dict) -> "BertConfig":
+        if not isinstance(data, dict):
+            raise BertforgeError(f"expected a JSON object, found {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        # Absolute positions are the only kind BERT has; a relative-position checkpoint would load
+        # without complaint and compute something else, so it is refused by name.
+        kind = data.get("position_embedding_type", "absolute")
+        if kind != "absolute":
+            raise BertforgeError(f"position_embedding_type={kind!r} is not supported (only 'absolute')")
+        unknown = sorted(set(data) - names - _HF_BOOKKEEPING - {"position_embedding_type"})
+        if unknown:
+            raise BertforgeError(f"unknown key(s) {', '.join(unknown)}")
+        required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size")
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise BertforgeError(f"missing required key(s) {', '.join(missing)}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path: str) -> "BertConfig":
+        """Read a `config.json` (a file, or a directory holding one)."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise BertforgeError(f"{path}: no such file") from None
+        except json.JSONDecodeError as e:
+            raise BertforgeError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise BertforgeError(f"{path}: cannot read ({e})") from None
+        return cls.from_dict(data, source=path)
+
+
+# Google's released BERT sizes (Turc et al., 2019 for the small ones; Devlin et al., 2019 for base
+# and large). The feed-forward width is always 4x the hidden size and heads are 64 wide.
+PRESETS: dict[str, dict] = {
+    "bert-tiny": {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2},
+    "bert-mini": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4},
+    "bert-small": {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8},
+    "bert-medium": {"num_hidden_layers": 8, "hidden_size": 512, "num_attention_heads": 8},
+    "bert-base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12},
+    "bert-large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16},
+}
+
+
+def preset(name: str, **overrides) -> BertConfig:
+    """The config of a named size (`bert-tiny` ... `bert-large`), with any field overridden."""
+    if name not in PRESETS:
+        raise BertforgeError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    values = dict(PRESETS[name])
+    values["intermediate_size"] = 4 * values["hidden_size"]
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check(ok: bool, name: str, expected: str, value) -> None:
+    if not ok:
+        raise BertforgeError(f"config field {name!r} must be {expected}, got {value!r}")

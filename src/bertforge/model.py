@@ -1,0 +1,151 @@
+"""The BERT encoder (Devlin et al., 2019), top to bottom in one file.
+
+embeddings (token + position + segment, LayerNorm, dropout) -> N post-LayerNorm Transformer layers
+-> tanh pooler over [CLS]. Imports only torch and the config: training, data, heads and checkpoint
+formats live elsewhere. Shapes: B batch, T tokens, H hidden, N heads, D head size (H = N * D).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import BertConfig
+
+
+def activation(name: str):
+    """The feed-forward non-linearity named by HF's `hidden_act`."""
+    if name == "gelu":
+        return nn.GELU()  # exact erf form, as in BERT
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return nn.GELU(approximate="tanh")
+    if name == "relu":
+        return nn.ReLU()
+    if name in ("silu", "swish"):
+        return nn.SiLU()
+    raise ValueError(f"unknown activation {name!r}")
+
+
+class Embeddings(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids, token_type_ids, position_ids):
+        x = self.word(input_ids) + self.position(position_ids) + self.segment(token_type_ids)  # (B, T, H)
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        # One fused projection for query, key and value: a single matmul instead of three.
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x, mask):
+        B, T, H = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)  # (B, T, 3, N, D)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
+        )  # (B, N, T, D)
+        return self.out(y.transpose(1, 2).reshape(B, T, H))  # (B, T, H)
+
+
+class Layer(nn.Module):
+    """One post-LayerNorm Transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = activation(config.hidden_act)
+        self.ffn_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x, mask):
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask)))  # (B, T, H)
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
+
+
+class Pooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence vector that NSP and sentence classification read."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden):
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
+
+
+class EncoderOutput(NamedTuple):
+    last_hidden_state: torch.Tensor  # (B, T, H)
+    pooler_output: torch.Tensor  # (B, H)
+    # The embedding output followed by each layer's output (L + 1 tensors), when asked for.
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class Bert(nn.Module):
+    """The BERT encoder with its pooler. Knows nothing of objectives or tasks: heads are separate."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        self.pooler = Pooler(config)
+        self.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """Encode token ids (B, T). `attention_mask` is 1 for real tokens and 0 for padding."""
+        B, T = input_ids.shape
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        # SDPA takes a boolean mask where True means "may attend"; (B, 1, 1, T) broadcasts over
+        # heads and query positions, so padding is hidden from every query.
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
+        states = [x] if output_hidden_states else None
+        for layer in self.layers:
+            x = layer(x, mask)
+            if states is not None:
+                states.append(x)
+        return EncoderOutput(x, self.pooler(x), tuple(states) if states is not None else None)
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) for weights, zero biases, LayerNorm as identity."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)

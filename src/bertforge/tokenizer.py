@@ -1,0 +1,282 @@
+"""WordPiece: learn a vocabulary, load `vocab.txt` or `tokenizer.json`, encode single texts and pairs.
+
+Backed by Hugging Face's Rust `tokenizers` with BERT's own pipeline (BertNormalizer, BertPreTokenizer,
+WordPiece with `##` continuations), so that ids, token types and offsets equal `BertTokenizerFast`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer as Backend
+from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
+from tokenizers.models import WordPiece
+
+from .errors import BertforgeError
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+TRUNCATION = ("longest_first", "only_first", "only_second")
+
+
+@dataclass
+class Encoding:
+    """One encoded text or pair. Offsets index the original string(s); special tokens get (0, 0)."""
+
+    ids: list[int]
+    token_type_ids: list[int]
+    attention_mask: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+    word_ids: list[int | None]  # word index within its own sequence; None for special tokens
+    sequence_ids: list[int | None]  # 0 for the first text, 1 for the second, None for specials
+    truncated: bool  # True when tokens were cut to fit max_length
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class Tokenizer:
+    """A BERT WordPiece tokenizer. Build one with `train`, `from_vocab` or `from_pretrained`."""
+
+    def __init__(self, backend: Backend, lowercase: bool = True, strip_accents: bool | None = None,
+                 split_cjk: bool = True, model_max_length: int = 512):
+        self.backend = backend
+        self.lowercase = lowercase
+        self.strip_accents = strip_accents
+        self.split_cjk = split_cjk
+        self.model_max_length = model_max_length
+        vocab = backend.get_vocab()
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise BertforgeError(f"the vocabulary lacks the special token(s) {', '.join(missing)}")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (vocab[t] for t in SPECIAL_TOKENS)
+        self.special_ids = frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
+        backend.no_padding()
+        backend.no_truncation()
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{CLS}:0 $A:0 {SEP}:0",
+            pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+            special_tokens=[(CLS, self.cls_id), (SEP, self.sep_id)],
+        )
+        self._truncation: tuple | None = None
+
+    # ---- construction -------------------------------------------------------------------------
+
+    @staticmethod
+    def _pipeline(model: WordPiece, lowercase: bool, strip_accents: bool | None, split_cjk: bool) -> Backend:
+        backend = Backend(model)
+        # BERT strips accents whenever it lowercases, unless told otherwise (strip_accents=None).
+        backend.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=split_cjk, strip_accents=strip_accents, lowercase=lowercase
+        )
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        backend.decoder = decoders.WordPiece(prefix="##")
+        return backend
+
+    @classmethod
+    def train(cls, files: Iterable[str | os.PathLike] = (), texts: Iterable[str] = (), vocab_size: int = 30522,
+              min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
+              split_cjk: bool = True, limit_alphabet: int | None = None,
+              show_progress: bool = False) -> "Tokenizer":
+        """Learn a WordPiece vocabulary from text `files` and/or an iterable of `texts`.
+
+        `limit_alphabet=None` keeps
+        every character seen, so that scripts with many characters (Hangul, Han) are not reduced
+        to [UNK]; set a limit to drop rare characters on noisy corpora.
+        """
+        backend = cls._pipeline(WordPiece(unk_token=UNK, max_input_chars_per_word=100),
+                                lowercase, strip_accents, split_cjk)
+        options = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+            continuing_subword_prefix="##", show_progress=show_progress, **options,
+        )
+        files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+        for path in files:
+            if not os.path.isfile(path):
+                raise BertforgeError(f"{path}: no such file")
+        backend.train_from_iterator(_texts(files, texts), trainer=trainer)
+        return cls(backend, lowercase, strip_accents, split_cjk)
+
+    @classmethod
+    def from_vocab(cls, path: str, lowercase: bool = True, strip_accents: bool | None = None,
+                   split_cjk: bool = True, model_max_length: int = 512) -> "Tokenizer":
+        """Load a `vocab.txt`: one token per line, the line number (from 0) is its id."""
+        vocab: dict[str, int] = {}
+        try:
+            with open(path, encoding="utf-8") as f:
+                for number, line in enumerate(f, start=1):
+                    token = line.rstrip("\r\n")
+                    if not token:
+                        raise BertforgeError(f"{path}, line {number}: empty token")
+                    if token in vocab:
+                        raise BertforgeError(
+                            f"{path}, line {number}: token {token!r} repeats line {vocab[token] + 1}")
+                    vocab[token] = number - 1
+        except FileNotFoundError:
+            raise BertforgeError(f"{path}: no such file") from None
+        except UnicodeDecodeError as e:
+            raise BertforgeError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except OSError as e:
+            raise BertforgeError(f"{path}: cannot read ({e.strerror})") from None
+        if not vocab:
+            raise BertforgeError(f"{path}: the vocabulary is empty")
+        model = WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=100)
+        try:
+            return cls(cls._pipeline(model, lowercase, strip_accents, split_cjk),
+                       lowercase, strip_accents, split_cjk, model_max_length)
+        except BertforgeError as e:
+            raise BertforgeError(f"{path}: {e}") from None
+
+    @classmethod
+    def from_pretrained(cls, directory: str) -> "Tokenizer":
+        """Load the tokenizer of an HF BERT directory (`tokenizer.json`, else `vocab.txt`)."""
+        if not os.path.isdir(directory):
+            raise BertforgeError(f"{directory}: no such directory")
+        settings = _read_json(os.path.join(directory, "tokenizer_config.json"), default={})
+        lowercase = settings.get("do_lower_case", True)
+        strip_accents = settings.get("strip_accents")
+        split_cjk = settings.get("tokenize_chinese_chars", True)
+        max_length = settings.get("model_max_length", 512)
+        if not isinstance(max_length, int) or max_length > 1_000_000:  # HF writes 1e30 for "unset"
+            max_length = 512
+        vocab_txt = os.path.join(directory, "vocab.txt")
+        if os.path.exists(vocab_txt):
+            # vocab.txt with the flags is exactly what BertTokenizerFast rebuilds its pipeline from.
+            return cls.from_vocab(vocab_txt, lowercase, strip_accents, split_cjk, max_length)
+        tokenizer_json = os.path.join(directory, "tokenizer.json")
+        if not os.path.exists(tokenizer_json):
+            raise BertforgeError(f"{directory}: no tokenizer here (neither vocab.txt nor tokenizer.json)")
+        try:
+            backend = Backend.from_file(tokenizer_json)
+        except Exception as e:  # the Rust library raises a bare Exception on malformed files
+            raise BertforgeError(f"{tokenizer_json}: not a valid tokenizer file ({e})") from None
+        if not isinstance(backend.model, WordPiece):
+            raise BertforgeError(f"{tokenizer_json}: a {type(backend.model).__name__} model, not WordPiece")
+        try:
+            return cls(backend, lowercase, strip_accents, split_cjk, max_length)
+        except BertforgeError as e:
+            raise BertforgeError(f"{tokenizer_json}: {e}") from None
+
+    def save_pretrained(self, directory: str) -> None:
+        """Write `vocab.txt`, `tokenizer.json`, `tokenizer_config.json`, `special_tokens_map.json`."""
+        os.makedirs(directory, exist_ok=True)
+        vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
+        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.writelines(token + "\n" for token, _ in vocab)
+        self.backend.save(os.path.join(directory, "tokenizer.json"))
+        specials = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
+        config = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.lowercase,
+            "strip_accents": self.strip_accents,
+            "tokenize_chinese_chars": self.split_cjk,
+            "model_max_length": self.model_max_length,
+            "clean_up_tokenization_spaces": True,
+            **specials,
+        }
+        for name, content in (("tokenizer_config.json", config), ("special_tokens_map.json", specials)):
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+                json.dump(content, f, indent=2, ensure_ascii=False)
+                f.write("\n")
+
+    # ---- use ------------------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.backend.id_to_token(token_id)
+
+    def tokenize(self, text: str) -> list[str]:
+        """The word pieces of `text`, without special tokens."""
+        return self.backend.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text: str, pair: str | None = None, max_length: int | None = None,
+               truncation: str = "longest_first", add_special_tokens: bool = True) -> Encoding:
+        """Encode `text` (and `pair`) as `[CLS] A [SEP] B [SEP]`, cut to `max_length` tokens.
+
+        `truncation` is `longest_first` (trim the longer text a token at a time, as BERT's
+        `truncate_seq_pair`), `only_first` or `only_second` (QA keeps the question whole).
+        """
+        self._set_truncation(max_length, truncation)
+        return _convert(self.backend.encode(text, pair, add_special_tokens=add_special_tokens))
+
+    def encode_batch(self, texts: list[str], pairs: list[str] | None = None, max_length: int | None = None,
+                     truncation: str = "longest_first") -> list[Encoding]:
+        """Encode many texts (or pairs) at once, in parallel in the Rust library."""
+        if pairs is not None and len(pairs) != len(texts):
+            raise BertforgeError(f"encode_batch: {len(texts)} texts but {len(pairs)} pairs")
+        self._set_truncation(max_length, truncation)
+        inputs = texts if pairs is None else list(zip(texts, pairs))
+        return [_convert(e) for e in self.backend.encode_batch(inputs)]
+
+    def pad(self, encodings: list[Encoding], pad_to_multiple_of: int | None = None) -> dict:
+        """Stack encodings into padded (B, T) int64 tensors: input_ids, token_type_ids, attention_mask."""
+        import torch
+
+        length = max((len(e) for e in encodings), default=0)
+        if pad_to_multiple_of:
+            length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
+        batch = {name: torch.full((len(encodings), length), fill, dtype=torch.long)
+                 for name, fill in (("input_ids", self.pad_id), ("token_type_ids", 0), ("attention_mask", 0))}
+        for row, e in enumerate(encodings):
+            batch["input_ids"][row, : len(e)] = torch.tensor(e.ids)
+            batch["token_type_ids"][row, : len(e)] = torch.tensor(e.token_type_ids)
+            batch["attention_mask"][row, : len(e)] = 1
+        return batch
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Turn ids back into text, joining `##` pieces. The result is NFC-composed: accent
+        stripping decomposes Hangul syllables into jamo, and composing restores the syllables."""
+        text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return unicodedata.normalize("NFC", text)
+
+    def _set_truncation(self, max_length: int | None, strategy: str) -> None:
+        if strategy not in TRUNCATION:
+            raise BertforgeError(f"truncation must be one of {', '.join(TRUNCATION)}, got {strategy!r}")
+        if (max_length, strategy) == self._truncation:
+            return
+        if max_length is None:
+            self.backend.no_truncation()
+        else:
+            if max_length < 3:
+                raise BertforgeError(f"max_length must be at least 3 ([CLS] x [SEP]), got {max_length}")
+            self.backend.enable_truncation(max_length, strategy=strategy)
+        self._truncation = (max_length, strategy)
+
+
+def _convert(e) -> Encoding:
+    return Encoding(
+        ids=e.ids, token_type_ids=e.type_ids, attention_mask=e.attention_mask, tokens=e.tokens,
+        offsets=e.offsets, word_ids=e.word_ids, sequence_ids=e.sequence_ids,
+        truncated=bool(e.overflowing),
+    )
+
+
+def _texts(files: list, texts: Iterable[str]) -> Iterator[str]:
+    for path in files:
+        # errors="replace" so that one bad byte does not stop vocabulary training;
+        # the corpus reader reports such repairs when pretraining.
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yield from f
+    yield from texts
+
+
+def _read_json(path: str, default=None):
+    if not os.path.exists(path):
+        return default
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None

