@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 
 WORDS = ["the", "cat", "sat", "on", "mat", "running", "runner", "unbelievable", "naïve", "Café", "Zürich",
          "don't", "U.S.", "3.14", "e-mail", "北京", "大学", "안녕하세요", "감사합니다", "(hello)", "world!",
-         "tokenization", "tokenizer", "re-use", "x" * 120, "Ünïcödé", "\u00a0", "tab\there", "quote\"d"]
+         "tokenization", "tokenizer", "re-use", "x" * 120, "Ünïcödé", "\u00a0", "tab\there", "quote\"d", "[MASK]", "x[MASK]y"]
 
 
 def synthetic_corpus(n: int = 400, seed: int = 0) -> list[str]:

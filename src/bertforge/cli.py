@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .config import PRESETS
 from .errors import BertforgeError
 
 
@@ -31,6 +32,41 @@ def cmd_info(args) -> None:
     print(f"{args.model}: {model.config.architectures[0]}, {params / 1e6:.1f}M parameters")
     for key, value in model.config.to_dict().items():
         print(f"  {key}: {value}")
+
+
+def cmd_pretrain(args) -> None:
+    from .batches import MaskingOptions
+    from .pretrain import pretrain
+    from .trainer import TrainOptions
+
+    if args.steps is None and args.max_minutes is None:
+        raise BertforgeError("give a budget: --steps, --max-minutes, or both")
+    options = TrainOptions(
+        out=args.out, steps=args.steps, max_minutes=args.max_minutes, lr=args.lr, warmup=args.warmup,
+        schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum, clip=args.clip,
+        precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
+        eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
+        progress=not args.quiet,
+    )
+    masking = MaskingOptions(args.mask_prob, args.replace_prob, args.random_prob, args.whole_word)
+    result = pretrain(
+        args.corpus, args.out, preset=args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+        lowercase=not args.cased, max_seq_length=args.max_seq_length, batch_size=args.batch_size,
+        short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
+        cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
+    )
+    print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
+          f"{args.out}/model, checkpoints in {args.out}/checkpoints")
+    if result["status"] == "interrupted":
+        raise KeyboardInterrupt
+
+
+def cmd_fill_mask(args) -> None:
+    from .fill_mask import FillMask
+
+    fill = FillMask(args.model)
+    for number, candidates in enumerate(fill(args.text, args.top_k), start=1):
+        print(f"[MASK] {number}: " + "  ".join(f"{token} ({p:.3g})" for token, p in candidates))
 
 
 def cmd_demo(args) -> None:
@@ -58,6 +94,59 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="show the configuration and size of a checkpoint")
     info.add_argument("model", help="an HF BERT checkpoint directory")
     info.set_defaults(func=cmd_info)
+
+    pre = commands.add_parser("pretrain", help="pretrain a BERT (MLM + NSP) on a text corpus",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    pre.add_argument("--corpus", nargs="+", required=True,
+                     help="text files, folders or globs (.txt, .jsonl, optionally .gz)")
+    pre.add_argument("--out", required=True, help="run directory: checkpoints, final model, metrics")
+    pre.add_argument("--preset", default="bert-mini", choices=sorted(PRESETS), help="model size")
+    pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")
+    pre.add_argument("--vocab-size", type=int, default=30522, help="size of a vocabulary learned on the corpus")
+    pre.add_argument("--cased", action="store_true", help="keep case when learning the vocabulary")
+    budget = pre.add_argument_group("budget (at least one)")
+    budget.add_argument("--steps", type=int, help="optimizer steps")
+    budget.add_argument("--max-minutes", type=float, help="wall-clock minutes of training")
+    pre.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    data = pre.add_argument_group("data")
+    data.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance, with [CLS] and [SEP]s")
+    data.add_argument("--batch-size", type=int, default=32, help="instances per optimizer step (all processes)")
+    data.add_argument("--short-seq-prob", type=float, default=0.1, help="share of documents given a shorter target")
+    data.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
+                      help="lines: one sentence per line, blank line between documents; prose: paragraphs")
+    data.add_argument("--text-field", default="text", help="field holding the text in .jsonl files")
+    data.add_argument("--cache-dir", help="where shards are cached (default: $BERTFORGE_CACHE or ~/.cache/bertforge)")
+    data.add_argument("--eval-fraction", type=float, default=0.02, help="share of documents held out")
+    mask = pre.add_argument_group("masking")
+    mask.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens predicted")
+    mask.add_argument("--replace-prob", type=float, default=0.8, help="share of those replaced by [MASK]")
+    mask.add_argument("--random-prob", type=float, default=0.1, help="share of those replaced by a random token")
+    mask.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together")
+    opt = pre.add_argument_group("optimization")
+    opt.add_argument("--lr", type=float, default=1e-4, help="peak learning rate")
+    opt.add_argument("--warmup", type=float, default=0.01, help="warm-up: a fraction of the steps (<1) or steps")
+    opt.add_argument("--schedule", choices=["linear", "one-cycle", "constant"], default="linear",
+                     help="decay after warm-up")
+    opt.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
+    opt.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
+    opt.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
+    opt.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
+                     help="auto: bf16 autocast where the hardware supports it")
+    opt.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and masking")
+    log = pre.add_argument_group("logging and checkpoints")
+    log.add_argument("--log-every", type=int, default=10, help="steps between metric records")
+    log.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations (0: end only)")
+    log.add_argument("--eval-batches", type=int, default=20, help="held-out batches per evaluation")
+    log.add_argument("--save-every", type=int, default=500, help="steps between checkpoints")
+    log.add_argument("--keep", type=int, default=2, help="checkpoints kept")
+    log.add_argument("--quiet", action="store_true", help="no progress bars")
+    pre.set_defaults(func=cmd_pretrain)
+
+    fill = commands.add_parser("fill-mask", help="predict the tokens hidden by [MASK]")
+    fill.add_argument("model", help="a checkpoint with a masked-LM head")
+    fill.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] sat on the mat"')
+    fill.add_argument("--top-k", type=int, default=5, help="candidates shown per [MASK]")
+    fill.set_defaults(func=cmd_fill_mask)
 
     tokenizer = commands.add_parser("tokenizer", help="WordPiece vocabularies")
     tokenizer_commands = tokenizer.add_subparsers(dest="tokenizer_command", required=True, metavar="COMMAND")

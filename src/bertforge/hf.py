@@ -177,21 +177,43 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str) -> dict[str, 
     return out
 
 
-def load_pretrained(directory: str, device: str | torch.device = "cpu") -> Bert:
-    """Load the encoder of any HF BERT directory (`BertModel`, `BertForPreTraining`, task models).
+def load_pretrained(directory: str, cls=Bert, device: str | torch.device = "cpu", new_heads: bool = False,
+                    **options):
+    """Load any HF BERT directory (`BertModel`, `BertForPreTraining`, task models) as `cls`.
 
-    Heads in the checkpoint are skipped. A checkpoint without a pooler (HF's `BertForMaskedLM` and
-    token-level task models drop it) gets a freshly initialised one, with a warning.
+    `cls` is `Bert` (the encoder alone: heads in the checkpoint are skipped) or a composite with
+    the encoder at `.bert` and heads named as in `HEAD_KEYS` (e.g. `BertPretraining`), whose heads
+    must be in the checkpoint unless `new_heads` allows fresh ones. A checkpoint without a pooler
+    (HF's `BertForMaskedLM` and token-level task models drop it) gets a freshly initialised one,
+    with a warning. `options` go to `cls` (e.g. `nsp=False`).
     """
     config = read_config(directory)
+    model = cls(config, **options)
+    load_into(model, directory, new_heads, config)
+    return model.to(device)
+
+
+def load_into(model: nn.Module, directory: str, new_heads: bool = False, config: BertConfig | None = None) -> None:
+    """Copy the weights of an HF BERT directory into an existing `model` (see `load_pretrained`)."""
+    config = config or read_config(directory)
     tensors, source = read_weights(directory)
     _check_tokenizer(directory, config)
-    model = Bert(config)
     state, used = encoder_from_hf(tensors, config.num_hidden_layers)
-    unexpected = [k for k in tensors if k not in used and not k.startswith(KNOWN_HEAD_PREFIXES)]
     allowed_missing = {"pooler.dense.weight", "pooler.dense.bias"}
+    if not isinstance(model, Bert):
+        state = {"bert." + k: v for k, v in state.items()}
+        allowed_missing = {"bert." + k for k in allowed_missing}
+        for name, pairs in HEAD_KEYS.items():
+            if getattr(model, name, None) is None:
+                continue
+            for ours, theirs in pairs:
+                if theirs in tensors:
+                    state[f"{name}.{ours}"] = tensors[theirs]
+                    used.add(theirs)
+                elif new_heads:
+                    allowed_missing.add(f"{name}.{ours}")
+    unexpected = [k for k in tensors if k not in used and not k.startswith(KNOWN_HEAD_PREFIXES)]
     load_state(model, state, source, unexpected, allowed_missing)
-    return model.to(device)
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
@@ -249,17 +271,26 @@ def save_pretrained(model: nn.Module, directory: str, tokenizer=None) -> None:
     head modules named as in `HEAD_KEYS`, and an `architecture` attribute naming the HF class.
     """
     tensors, config = to_hf(model)
+    check_vocab_fits(tokenizer, config)
+    with atomic_directory(directory) as tmp:
+        write_pretrained(tmp, tensors, config, tokenizer)
+
+
+def check_vocab_fits(tokenizer, config: BertConfig) -> None:
     if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
         raise BertforgeError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                              f"vocab_size={config.vocab_size}")
+
+
+def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: BertConfig, tokenizer=None) -> None:
+    """Write HF-named `tensors`, `config` and the tokenizer into an existing directory."""
     from safetensors.torch import save_file
 
-    with atomic_directory(directory) as tmp:
-        config.save(os.path.join(tmp, "config.json"))
-        tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+    config.save(os.path.join(directory, "config.json"))
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
 
 
 def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig]:

@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tokenizers import AddedToken
 from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
 from tokenizers.models import WordPiece
@@ -56,6 +57,8 @@ class Tokenizer:
             raise BertforgeError(f"the vocabulary lacks the special token(s) {', '.join(missing)}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (vocab[t] for t in SPECIAL_TOKENS)
         self.special_ids = frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
+        # Registered as special so that "[MASK]" typed in text is one token, not "[", "mask", "]".
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
         backend.no_padding()
         backend.no_truncation()
         backend.post_processor = processors.TemplateProcessing(

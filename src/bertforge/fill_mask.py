@@ -1,0 +1,38 @@
+"""Fill in `[MASK]` tokens with a pretrained masked-LM head."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import BertforgeError
+from .hf import load_pretrained
+from .objectives import BertPretraining
+from .tokenizer import MASK, Tokenizer
+
+
+class FillMask:
+    """A loaded model and tokenizer, ready to answer many queries."""
+
+    def __init__(self, directory: str):
+        self.tokenizer = Tokenizer.from_pretrained(directory)
+        try:
+            self.model = load_pretrained(directory, cls=BertPretraining, nsp=False).eval()
+        except BertforgeError as e:
+            if "missing weights: mlm." in str(e):
+                raise BertforgeError(f"{directory}: no masked-LM head in this checkpoint (a BertModel?); "
+                                     "fill-mask needs one (BertForPreTraining or BertForMaskedLM)") from None
+            raise
+
+    def __call__(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+        """For each `[MASK]` in `text`, the `top_k` most likely tokens with their probabilities."""
+        encoding = self.tokenizer.encode(text, max_length=self.model.bert.config.max_position_embeddings)
+        positions = [i for i, token_id in enumerate(encoding.ids) if token_id == self.tokenizer.mask_id]
+        if not positions:
+            raise BertforgeError(f"no {MASK} in the text: {text!r}")
+        batch = self.tokenizer.pad([encoding])
+        with torch.no_grad():
+            hidden = self.model.bert(**batch).last_hidden_state
+            probs = self.model.mlm_logits(hidden, torch.tensor(positions)).softmax(-1)  # (M, V)
+        top = probs.topk(top_k, dim=-1)
+        return [[(self.tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(row_p, row_i)]
+                for row_p, row_i in zip(top.values, top.indices)]

@@ -1,0 +1,94 @@
+"""Pretraining instances as Google's `create_pretraining_data.py` makes them, drawn anew each epoch.
+
+For each document, sentences are gathered until a target length is reached; a random cut makes
+segment A; segment B is the rest of the gathered text or, half the time, text from a random other
+document (the next-sentence-prediction negative); the pair is then trimmed to fit.
+
+Because a document's sentences lie back to back in the shard's token array, every segment is a
+plain range of it: an instance is five integers (A start, A end, B start, B end, is-random-next),
+which keeps a whole epoch's instances small whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import BertforgeError
+from .shards import Shards
+
+A_START, A_END, B_START, B_END, IS_RANDOM = range(5)
+
+
+def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int, rng: np.random.Generator,
+                     short_seq_prob: float = 0.1, nsp_prob: float = 0.5) -> np.ndarray:
+    """Instances (N, 5) for one pass over `documents` (indices into the shards), in a random order.
+
+    `max_seq_length` counts [CLS] and the two [SEP]s. With probability `short_seq_prob` a
+    document's target length is drawn uniformly from [2, max - 3], so that the model also sees
+    short sequences. `nsp_prob` is the share of B segments taken from another document.
+    """
+    max_tokens = max_seq_length - 3
+    if max_tokens < 2:
+        raise BertforgeError(f"max_seq_length must be at least 5, got {max_seq_length}")
+    sentence_bounds, document_bounds = shards.sentences, shards.documents
+    out: list[tuple[int, int, int, int, int]] = []
+    for doc in documents:
+        first, last = int(document_bounds[doc]), int(document_bounds[doc + 1])
+        bounds = np.asarray(sentence_bounds[first: last + 1])  # token offsets of this document's sentences
+        n = last - first
+        # As in the original: one target length per document (and per pass).
+        target = max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
+        chunk_start, i = 0, 0
+        while i < n:
+            if i == n - 1 or bounds[i + 1] - bounds[chunk_start] >= target:
+                chunk_end = i + 1  # sentences [chunk_start, chunk_end) are gathered
+                a_cut = chunk_start + 1 if chunk_end - chunk_start < 2 else int(rng.integers(chunk_start + 1, chunk_end))
+                a = (int(bounds[chunk_start]), int(bounds[a_cut]))
+                if chunk_end - chunk_start == 1 or rng.random() < nsp_prob:
+                    b = _random_segment(shards, doc, target - (a[1] - a[0]), rng)
+                    is_random = 1
+                    i = a_cut - 1  # the gathered sentences after the cut are used again
+                else:
+                    b = (int(bounds[a_cut]), int(bounds[chunk_end]))
+                    is_random = 0
+                a, b = _truncate_pair(a, b, max_tokens, rng)
+                if a[1] > a[0] and b[1] > b[0]:
+                    out.append((a[0], a[1], b[0], b[1], is_random))
+                chunk_start = i + 1
+            i += 1
+    instances = np.array(out, dtype=np.int64).reshape(-1, 5)
+    return instances[rng.permutation(len(instances))]
+
+
+def _random_segment(shards: Shards, doc: int, length: int, rng: np.random.Generator) -> tuple[int, int]:
+    """Sentences from a random other document, from a random sentence on, up to `length` tokens."""
+    n_docs = shards.num_documents
+    other = doc
+    for _ in range(10):  # the original tries ten times; a one-document corpus must reuse itself
+        other = int(rng.integers(n_docs))
+        if other != doc:
+            break
+    first, last = int(shards.documents[other]), int(shards.documents[other + 1])
+    start = int(rng.integers(first, last))
+    bounds = shards.sentences
+    end = start + 1
+    while end < last and bounds[end] - bounds[start] < length:
+        end += 1
+    return int(bounds[start]), int(bounds[end])
+
+
+def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
+    """BERT's `truncate_seq_pair`: drop tokens one at a time from the longer segment (B on a tie),
+    each from its front or back by a coin flip, until the pair fits. Counted in closed form: the
+    longer side first loses the difference, then B and A alternate, B first."""
+    a_len, b_len = a[1] - a[0], b[1] - b[0]
+    excess = a_len + b_len - max_tokens
+    if excess <= 0:
+        return a, b
+    from_longer = min(excess, abs(a_len - b_len))
+    rest = excess - from_longer
+    cut_a = (from_longer if a_len > b_len else 0) + rest // 2
+    cut_b = (from_longer if a_len <= b_len else 0) + rest - rest // 2
+    front_a = int(rng.binomial(cut_a, 0.5))
+    front_b = int(rng.binomial(cut_b, 0.5))
+    return (a[0] + front_a, a[1] - (cut_a - front_a)), (b[0] + front_b, b[1] - (cut_b - front_b))

@@ -1,0 +1,217 @@
+"""Token shards: a corpus tokenized once, in worker processes, into memory-mapped arrays.
+
+A shard directory holds three flat arrays and a `meta.json`:
+- `tokens.bin`: every sentence's token ids back to back (uint16 when the vocabulary fits, else uint32);
+- `sentences.bin`: int64 offsets into `tokens`, one more than there are sentences;
+- `documents.bin`: int64 offsets into `sentences`, one more than there are documents.
+Building streams the corpus in chunks with a bounded number in flight, so memory does not grow with
+corpus size; the result is cached under a key of the files, the tokenizer and the settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+
+import numpy as np
+
+from .atomic import atomic_directory
+from .corpus import FileReport, find_files, read_units, split_sentences
+from .errors import BertforgeError
+from .tokenizer import Tokenizer
+
+FORMAT_VERSION = 1
+CHUNK_CHARS = 1 << 18  # text per task sent to a worker
+
+
+class Shards:
+    """Read-only view of a shard directory; the arrays are memory-mapped, not loaded."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        try:
+            with open(os.path.join(directory, "meta.json"), encoding="utf-8") as f:
+                self.meta = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise BertforgeError(f"{directory}: not a shard directory ({e})") from None
+        self.tokens = np.memmap(os.path.join(directory, "tokens.bin"), dtype=self.meta["dtype"], mode="r")
+        self.sentences = np.memmap(os.path.join(directory, "sentences.bin"), dtype=np.int64, mode="r")
+        self.documents = np.memmap(os.path.join(directory, "documents.bin"), dtype=np.int64, mode="r")
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.meta["num_tokens"])
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.documents) - 1
+
+    def document(self, index: int) -> list[np.ndarray]:
+        """The token ids of each sentence of document `index`."""
+        first, last = self.documents[index], self.documents[index + 1]
+        bounds = self.sentences[first: last + 1]
+        return [self.tokens[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]
+
+
+def shard_key(files: list[str], tokenizer: Tokenizer, layout: str, text_field: str) -> str:
+    """A digest of everything the shards depend on: file identities, the tokenizer, the settings."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"version": FORMAT_VERSION, "layout": layout, "text_field": text_field}).encode())
+    for path in files:
+        stat = os.stat(path)
+        h.update(f"{os.path.abspath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    h.update(tokenizer.backend.to_str().encode())
+    return h.hexdigest()[:20]
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("BERTFORGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bertforge")
+
+
+def build_shards(corpus: str | list[str], tokenizer: Tokenizer, cache_dir: str | None = None,
+                 layout: str = "auto", text_field: str = "text", workers: int | None = None,
+                 progress: bool = True) -> Shards:
+    """Tokenize `corpus` (files, folders, globs) into shards, or reuse cached ones.
+
+    Prints what was repaired in each file. `workers` defaults to the number of CPU cores.
+    """
+    files = find_files(corpus)
+    key = shard_key(files, tokenizer, layout, text_field)
+    directory = os.path.join(cache_dir or default_cache_dir(), "shards", key)
+    if os.path.exists(os.path.join(directory, "meta.json")):
+        shards = Shards(directory)
+        _log(progress, f"shards: reusing {directory} ({shards.num_tokens:,} tokens, "
+                       f"{shards.num_documents:,} documents)")
+        return shards
+    workers = workers or os.cpu_count() or 1
+    start = time.perf_counter()
+    with atomic_directory(directory) as tmp:
+        meta = _write_shards(tmp, files, tokenizer, layout, text_field, workers, progress)
+        meta["seconds"] = round(time.perf_counter() - start, 2)
+        with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1)
+    for report in meta["files"]:
+        if report["repairs"]:
+            _log(progress, "  " + FileReport(**report).summary())
+    shards = Shards(directory)
+    mb = sum(os.path.getsize(p) for p in files) / 1e6
+    _log(progress, f"shards: {shards.num_tokens:,} tokens, {len(shards.sentences) - 1:,} sentences, "
+                   f"{shards.num_documents:,} documents from {len(files)} files ({mb:.1f} MB) "
+                   f"in {meta['seconds']:.1f}s -> {directory}")
+    return shards
+
+
+def _write_shards(tmp: str, files: list[str], tokenizer: Tokenizer, layout: str, text_field: str,
+                  workers: int, progress: bool) -> dict:
+    from tqdm import tqdm
+
+    dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32
+    reports = [FileReport(path) for path in files]
+    total = sum(os.path.getsize(p) for p in files)
+    counts = {"tokens": 0, "sentences": 0, "documents": 0}
+    carry = False  # a document began in an earlier chunk but has no sentence yet
+    bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not progress, file=sys.stderr,
+               mininterval=1 if sys.stderr.isatty() else 30)
+    with open(os.path.join(tmp, "tokens.bin"), "wb") as tokens_f, \
+            open(os.path.join(tmp, "sentences.bin"), "wb") as sentences_f, \
+            open(os.path.join(tmp, "documents.bin"), "wb") as documents_f:
+        sentences_f.write(np.zeros(1, dtype=np.int64).tobytes())
+
+        def write(result):
+            nonlocal carry
+            ids, lengths, starts, trailing = result
+            if len(lengths):
+                starts[0] |= carry
+                carry = False
+            carry = carry or trailing
+            tokens_f.write(ids.astype(dtype, copy=False).tobytes())
+            ends = counts["tokens"] + np.cumsum(lengths, dtype=np.int64)
+            sentences_f.write(ends.tobytes())
+            documents_f.write((counts["sentences"] + np.flatnonzero(starts)).astype(np.int64).tobytes())
+            counts["tokens"] += int(lengths.sum())
+            counts["sentences"] += len(lengths)
+            counts["documents"] += int(starts.sum())
+
+        chunks = _chunks(files, reports, layout, text_field)
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer.backend.to_str(),)) as pool:
+            pending = deque()
+            for chunk, size in chunks:
+                pending.append(pool.apply_async(_tokenize_chunk, (chunk,)))
+                bar.update(size)
+                if len(pending) >= 2 * workers:  # bounded: at most this many chunks in memory
+                    write(pending.popleft().get())
+            while pending:
+                write(pending.popleft().get())
+        documents_f.write(np.array([counts["sentences"]], dtype=np.int64).tobytes())
+    bar.close()
+    if counts["tokens"] == 0:
+        raise BertforgeError(f"{', '.join(files[:3])}{' ...' if len(files) > 3 else ''}: no text found "
+                             "(the corpus is empty after reading)")
+    return {
+        "format_version": FORMAT_VERSION, "dtype": np.dtype(dtype).name, "vocab_size": tokenizer.vocab_size,
+        "num_tokens": counts["tokens"], "num_sentences": counts["sentences"], "num_documents": counts["documents"],
+        "layout": layout, "text_field": text_field,
+        "files": [r.__dict__ for r in reports],
+    }
+
+
+def _chunks(files, reports, layout, text_field) -> Iterator[tuple[list, int]]:
+    chunk, size = [], 0
+    for path, report in zip(files, reports):
+        for unit in read_units(path, report, layout, text_field):
+            chunk.append(unit)
+            size += len(unit[1]) + 1
+            if size >= CHUNK_CHARS:
+                yield chunk, size
+                chunk, size = [], 0
+    if chunk:
+        yield chunk, size
+
+
+_backend = None
+
+
+def _init_worker(tokenizer_json: str) -> None:
+    global _backend
+    from tokenizers import Tokenizer as Backend
+
+    # Each worker is one process; the Rust library's own threads would only compete with the others.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _backend = Backend.from_str(tokenizer_json)
+
+
+def _tokenize_chunk(units: list[tuple[bool, str, bool]]):
+    """Split paragraphs into sentences and tokenize them. Returns the ids, each sentence's length,
+    whether each sentence starts a document, and whether a document start is still unclaimed."""
+    sentences, starts = [], []
+    pending = False
+    for new_document, text, is_paragraph in units:
+        pending = pending or new_document
+        for sentence in (split_sentences(text) if is_paragraph else [text]):
+            sentences.append(sentence)
+            starts.append(pending)
+            pending = False
+    encodings = _backend.encode_batch(sentences, add_special_tokens=False)
+    lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
+    # Sentences with no tokens (only control characters, say) are dropped; a document start they
+    # carried moves to the next sentence that has tokens.
+    kept_starts, carry = [], False
+    for length, start in zip(lengths, starts):
+        carry = carry or start
+        if length:
+            kept_starts.append(carry)
+            carry = False
+    ids = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
+    return ids, lengths[lengths > 0], np.array(kept_starts, dtype=bool), carry or pending
+
+
+def _log(enabled: bool, message: str) -> None:
+    if enabled:
+        print(message, file=sys.stderr)

@@ -1,0 +1,408 @@
+"""The training loop: one function, written out. Learning rate is a pure function of the step.
+
+What it does each step: draw `accum` micro-batches, divide each loss term by its count summed over
+the whole step (and over processes), backpropagate, clip, update. Around that: progress, a JSONL
+log, periodic held-out evaluation, atomic checkpoints with everything needed to resume exactly,
+budgets in steps and minutes, Ctrl-C that saves first, and a stop on a non-finite loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+from .atomic import atomic_directory
+from .batches import Position
+from .errors import BertforgeError
+from .hf import check_vocab_fits, load_into, read_config, to_hf, write_pretrained
+from .optim import lr_at, make_optimizer
+
+STATE_FILE = "trainer_state.pt"
+CHECKPOINT = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class TrainOptions:
+    out: str
+    steps: int | None = None  # optimizer steps; with max_minutes, whichever comes first
+    max_minutes: float | None = None
+    lr: float = 1e-4  # BERT's pretraining peak
+    warmup: float = 0.01  # a fraction of the steps if below 1, else a number of steps
+    schedule: str = "linear"
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    accum: int = 1  # micro-batches per optimizer step
+    clip: float = 1.0
+    precision: str = "auto"  # auto (bf16 where the hardware has it), bf16, fp32
+    log_every: int = 10
+    eval_every: int = 200
+    eval_batches: int = 20
+    save_every: int = 500
+    keep: int = 2
+    seed: int = 0
+    progress: bool = True
+
+
+class TrainingStopped(BertforgeError):
+    """The loss became non-finite; the last good checkpoint is kept."""
+
+
+def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, run_config: dict | None = None,
+          resume: bool = False) -> dict:
+    """Train `model` (an objective) on `data` (a `PretrainingData`). Returns a summary dict.
+
+    Writes under `options.out`: `checkpoints/step-N/` (HF files + trainer state), `model/` (the
+    final HF model), `metrics.jsonl`, `run_config.json` and `loss.png` (with matplotlib).
+    """
+    o = options
+    if not o.steps and not o.max_minutes:
+        raise BertforgeError("give a budget: a number of steps, a number of minutes, or both")
+    rank, world, device = distributed_setup()
+    check_vocab_fits(tokenizer, model.bert.config)
+    torch.manual_seed(o.seed)
+    model.to(device)
+    step, position, elapsed, total_steps = 0, Position(), 0.0, o.steps
+    optimizer = make_optimizer(model, o.lr, o.weight_decay, o.betas, o.eps)
+    checkpoints = os.path.join(o.out, "checkpoints")
+    if resume:
+        step, position, elapsed, total_steps = _restore(model, optimizer, checkpoints, device)
+        _log(rank == 0, f"resuming from step {step} (epoch {position.epoch}, instance {position.index})")
+    elif rank == 0 and os.path.isdir(checkpoints) and _list_checkpoints(checkpoints):
+        raise BertforgeError(f"{o.out} already holds checkpoints: pass --resume to continue, or choose another --out")
+    autocast = _autocast(o.precision, device)
+    net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+
+    if rank == 0:
+        os.makedirs(o.out, exist_ok=True)
+        with open(os.path.join(o.out, "run_config.json"), "w", encoding="utf-8") as f:
+            json.dump({**(run_config or {}), "train": asdict(o), "world_size": world}, f, indent=2)
+        _truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
+    batches = data.batches(position)
+    if total_steps is None:
+        total_steps = _estimate_steps(net, data, autocast, device, o, world)
+        _log(rank == 0, f"time budget of {o.max_minutes} min: planning {total_steps} steps")
+    warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
+
+    stop = _StopFlag()
+    from tqdm import tqdm
+
+    bar = tqdm(total=total_steps, initial=step, disable=not (o.progress and rank == 0), file=sys.stderr,
+               dynamic_ncols=True, desc="pretraining", mininterval=1 if sys.stderr.isatty() else 30)
+    start, window_tokens, window_start = time.perf_counter() - elapsed, 0, time.perf_counter()
+    status = "done"
+    last_saved = step if resume else -1
+    sums = None
+    with stop:
+        while step < total_steps:
+            if o.max_minutes and time.perf_counter() - start >= o.max_minutes * 60:
+                status = "time budget reached"
+                break
+            if stop.requested:
+                status = "interrupted"
+                break
+            micro = [next(batches) for _ in range(o.accum)]
+            totals = _all_sum({k: sum(b["counts"][k] for _, b in micro) for k in micro[0][1]["counts"]}, device)
+            lr = lr_at(step, total_steps, warmup, o.lr, o.schedule)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            step_sums = {}
+            for i, (_, batch) in enumerate(micro):
+                sync = contextlib.nullcontext() if world == 1 or i == o.accum - 1 else net.no_sync()
+                with sync, autocast:
+                    losses, correct = net(_to(batch, device))
+                    # Each term over its whole-step count; DDP averages gradients over processes,
+                    # so multiplying by the world size makes the result the sum over all of them.
+                    loss = sum(losses[k] / totals[k] for k in losses) * world
+                loss.backward()
+                for k in losses:
+                    step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
+                    step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
+            step_sums = _all_sum(step_sums, device)
+            step_loss = sum(step_sums[f"{k}_loss"] / totals[k] for k in totals)
+            if not math.isfinite(step_loss):
+                latest = _list_checkpoints(checkpoints)
+                raise TrainingStopped(
+                    f"the loss became {step_loss} at step {step + 1}; stopped without updating the weights. "
+                    + (f"The last good checkpoint is {latest[-1]}. " if latest else "No checkpoint was written yet. ")
+                    + "Lower the learning rate (--lr) or use --precision fp32.")
+            if o.clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            position = micro[-1][0]
+            window_tokens += sum(b["tokens"] for _, b in micro) * world
+            sums = _add(sums, step_sums, totals)
+            bar.update(1)
+
+            if step % o.log_every == 0 or step == total_steps:
+                now = time.perf_counter()
+                record = {"step": step, "lr": lr, **_averages(sums),
+                          "tokens_per_s": round(window_tokens / (now - window_start)),
+                          "elapsed_s": round(now - start, 1), "epoch": position.epoch}
+                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=record["tokens_per_s"])
+                _append(rank, o.out, record)
+                sums, window_tokens, window_start = None, 0, now
+            if o.eval_every and step % o.eval_every == 0:
+                _append(rank, o.out, {"step": step, "eval": evaluate(net, data, o.eval_batches, autocast, device)})
+            if o.save_every and step % o.save_every == 0:
+                _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
+                      total_steps, o.keep)
+                last_saved = step
+    bar.close()
+    result = {"status": status, "step": step, "elapsed_s": round(time.perf_counter() - start, 1)}
+    if step != last_saved:
+        _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
+              total_steps, o.keep)
+    if status != "interrupted":
+        if not (o.eval_every and step % o.eval_every == 0):
+            _append(rank, o.out, {"step": step, "eval": evaluate(net, data, o.eval_batches, autocast, device)})
+        if rank == 0:
+            tensors, config = to_hf(model)
+            with atomic_directory(os.path.join(o.out, "model")) as tmp:
+                write_pretrained(tmp, tensors, config, tokenizer)
+            plot_metrics(o.out)
+    if world > 1:
+        dist.barrier()
+    return result
+
+
+def evaluate(net, data, max_batches: int, autocast, device) -> dict:
+    """Held-out loss and accuracy per term, over the same batches every time."""
+    was_training = net.training
+    net.eval()
+    sums, totals = {}, {}
+    with torch.no_grad(), autocast:
+        for batch in data.eval_batches(max_batches):
+            losses, correct = net(_to(batch, device))
+            for k in losses:
+                sums[f"{k}_loss"] = sums.get(f"{k}_loss", 0.0) + losses[k].float()
+                sums[f"{k}_correct"] = sums.get(f"{k}_correct", 0.0) + correct[k].float()
+                totals[k] = totals.get(k, 0) + batch["counts"][k]
+    net.train(was_training)
+    if not totals:
+        return {}
+    sums, totals = _all_sum(sums, device), _all_sum(totals, device)
+    return _averages((sums, totals))
+
+
+# ---- pieces of the loop ----------------------------------------------------------------------------
+
+
+def _add(acc, sums: dict, totals: dict):
+    if acc is None:
+        return dict(sums), dict(totals)
+    return ({k: acc[0][k] + v for k, v in sums.items()}, {k: acc[1][k] + v for k, v in totals.items()})
+
+
+def _averages(acc) -> dict:
+    sums, totals = acc
+    out = {}
+    for k, n in totals.items():
+        out[f"{k}_loss"] = round(float(sums[f"{k}_loss"]) / max(n, 1), 5)
+        out[f"{k}_accuracy"] = round(float(sums[f"{k}_correct"]) / max(n, 1), 5)
+    out["loss"] = round(sum(out[f"{k}_loss"] for k in totals), 5)
+    return out
+
+
+def _to(batch: dict, device) -> dict:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _all_sum(values: dict, device) -> dict:
+    """Sum each value over processes (numbers come back as Python numbers)."""
+    if not (dist.is_available() and dist.is_initialized()) or not values:
+        return {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+    keys = sorted(values)
+    packed = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(packed)
+    return {k: (int(v) if isinstance(values[k], int) else v) for k, v in zip(keys, packed.tolist())}
+
+
+def _autocast(precision: str, device: torch.device):
+    if precision not in ("auto", "bf16", "fp32"):
+        raise BertforgeError(f"precision must be auto, bf16 or fp32, got {precision!r}")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    supported = torch.cuda.is_bf16_supported() if device.type == "cuda" else torch.cpu._is_avx512_bf16_supported()
+    if precision == "auto" and not supported:
+        return contextlib.nullcontext()
+    # Weights and optimizer state stay fp32; matmuls run in bf16; losses are computed in fp32.
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def _estimate_steps(net, data, autocast, device, o: TrainOptions, world: int) -> int:
+    """Time a few forward+backward passes (without updating) to turn a minutes budget into steps,
+    so that the schedule stays a pure function of the step."""
+    batch = _to(next(data.batches(Position()))[1], device)
+    timings = []
+    for _ in range(3):
+        begin = time.perf_counter()
+        with autocast:
+            losses, _ = net(batch)
+            loss = sum(losses.values())
+        loss.backward()
+        timings.append(time.perf_counter() - begin)
+    net.zero_grad(set_to_none=True)
+    step_seconds = min(timings[1:]) * o.accum * 1.1  # the optimizer update and data add ~10%
+    eval_share = (o.eval_batches / (3 * o.eval_every * o.accum)) if o.eval_every else 0.0
+    steps = int(o.max_minutes * 60 / (step_seconds * (1 + eval_share)))
+    if o.steps:
+        steps = min(steps, o.steps)
+    steps = torch.tensor(max(steps, 1))
+    if world > 1:  # every process must plan the same number
+        dist.broadcast(steps, 0)
+    return int(steps)
+
+
+class _StopFlag:
+    """Ctrl-C asks the loop to stop after the current step (then it saves); a second one aborts."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nstopping after this step and saving a checkpoint (Ctrl-C again to abort)", file=sys.stderr)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+
+
+def _list_checkpoints(directory: str) -> list[str]:
+    if not os.path.isdir(directory):
+        return []
+    found = [(int(m.group(1)), name) for name in os.listdir(directory) if (m := CHECKPOINT.match(name))
+             and os.path.exists(os.path.join(directory, name, STATE_FILE))]
+    return [os.path.join(directory, name) for _, name in sorted(found)]
+
+
+def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep) -> None:
+    if rank == 0:
+        tensors, config = to_hf(model)
+        with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
+            write_pretrained(tmp, tensors, config, tokenizer)
+            state = {
+                "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
+                "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+            }
+            torch.save(state, os.path.join(tmp, STATE_FILE))
+        for old in _list_checkpoints(directory)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _restore(model, optimizer, directory: str, device):
+    found = _list_checkpoints(directory)
+    if not found:
+        raise BertforgeError(f"{directory}: no checkpoint to resume from")
+    latest = found[-1]
+    saved = read_config(latest).to_dict()
+    asked = model.bert.config.to_dict()
+    differ = [f"{k}={saved[k]} there, {asked[k]} asked" for k in asked if k != "architectures" and asked[k] != saved[k]]
+    if differ:
+        raise BertforgeError(f"{latest}: the checkpoint is of a different model ({'; '.join(differ)})")
+    load_into(model, latest)
+    try:
+        state = torch.load(os.path.join(latest, STATE_FILE), map_location=device, weights_only=True)
+    except Exception as e:
+        raise BertforgeError(f"{os.path.join(latest, STATE_FILE)}: cannot be read ({e})") from None
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"].cpu())
+    return state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"]
+
+
+# ---- logs ----------------------------------------------------------------------------------------------
+
+
+def _append(rank: int, out: str, record: dict) -> None:
+    if rank == 0:
+        with open(os.path.join(out, "metrics.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _truncate_metrics(path: str, step: int) -> None:
+    """On resume, drop records written after the checkpoint: they will be written again."""
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+
+
+def read_metrics(out: str) -> list[dict]:
+    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_metrics(out: str) -> str | None:
+    """Draw the training and held-out loss curves to `loss.png` (needs matplotlib: the `plot` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no loss plot: matplotlib is not installed (pip install 'bertforge[plot]')", file=sys.stderr)
+        return None
+    records = read_metrics(out)
+    train = [r for r in records if "loss" in r]
+    held = [r for r in records if r.get("eval")]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="training loss")
+    if held:
+        ax.plot([r["step"] for r in held], [r["eval"]["loss"] for r in held], "o-", label="held-out loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    path = os.path.join(out, "loss.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def distributed_setup():
+    """(rank, world size, device). Under torchrun, joins the process group: NCCL on GPUs, gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank() if world > 1 else 0
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return rank, world, torch.device("cuda", local)
+    return rank, world, torch.device("cpu")
+
+
+def _log(enabled: bool, message: str) -> None:
+    if enabled:
+        print(message, file=sys.stderr)
