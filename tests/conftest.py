@@ -1,5 +1,6 @@
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,3 +47,16 @@ def random_batch(vocab_size: int, batch: int = 3, length: int = 16, seed: int = 
     ids[mask == 0] = 0
     token_types[mask == 0] = 0
     return {"input_ids": ids, "token_type_ids": token_types, "attention_mask": mask}
+
+
+def write_corpus(directory, n_docs=30, seed=0):
+    rng = np.random.default_rng(seed)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = []
+    for d in range(n_docs):
+        docs.append([" ".join(rng.choice(words, size=int(rng.integers(3, 12)))) + "." for _ in range(int(rng.integers(1, 8)))])
+    half = n_docs // 2
+    for name, part in (("one.txt", docs[:half]), ("two.txt", docs[half:])):
+        (directory / name).write_text("\n\n".join("\n".join(doc) for doc in part) + "\n")
+    return docs

@@ -35,7 +35,15 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
         default_corpus()
     except BertforgeError as e:
         pytest.skip(str(e))
-    assert main(["demo", "--out", str(tmp_path)]) == 0
+    assert main(["demo", "--out", str(tmp_path), "--minutes", "0.15", "--preset", "bert-tiny"]) == 0
     out = capsys.readouterr().out
-    assert "max abs difference of hidden states 0.0e+00" in out
-    assert load_pretrained(str(tmp_path / "bert-mini-init")).config.hidden_size == 256
+    assert "fill-mask:" in out and "to be, or not to [MASK]" in out
+    assert load_pretrained(str(tmp_path / "pretrain" / "model")).config.hidden_size == 128
+    assert len(os.listdir(tmp_path / "corpus")) == 38
+
+
+def test_plays_become_prose():
+    from bertforge.demo import play_to_text
+
+    play = "# Hamlet\n\n## ACT I\n\n_Enter BERNARDO_\n\n**BERNARDO**  \nWho's there?\n\n**FRANCISCO**  \nNay, answer me:  \nstand.\n"
+    assert play_to_text(play) == "Who's there?\n\nNay, answer me: stand.\n"

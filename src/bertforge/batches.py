@@ -37,13 +37,20 @@ class Position:
 
 
 class PretrainingData:
-    """Masked MLM + NSP batches over shards, for one process of `world` (rank `rank`)."""
+    """Masked MLM + NSP batches over shards, for one process of `world` (rank `rank`).
+
+    `batch_size` is the global batch of one optimizer step; each process gets its rows of it, cut
+    into `accum` micro-batches. The whole step batch is masked at once, so how it is divided
+    (processes, accumulation) changes nothing in what is computed.
+    """
 
     def __init__(self, shards: Shards, tokenizer: Tokenizer, batch_size: int, max_seq_length: int = 128,
                  short_seq_prob: float = 0.1, masking: MaskingOptions | None = None, seed: int = 0,
-                 eval_fraction: float = 0.02, rank: int = 0, world: int = 1):
-        if batch_size % world:
-            raise BertforgeError(f"the batch size {batch_size} must be divisible by the {world} processes")
+                 eval_fraction: float = 0.02, rank: int = 0, world: int = 1, accum: int = 1):
+        if batch_size % (world * accum):
+            raise BertforgeError(f"the batch size {batch_size} must be divisible by the number of processes "
+                                 f"({world}) times the accumulation steps ({accum})")
+        self.accum = accum
         self.shards, self.batch_size, self.max_seq_length = shards, batch_size, max_seq_length
         self.short_seq_prob, self.masking, self.seed = short_seq_prob, masking or MaskingOptions(), seed
         self.rank, self.world = rank, world
@@ -71,7 +78,7 @@ class PretrainingData:
         return self._epoch_cache[1]
 
     def batches(self, start: Position):
-        """Yield (position after the batch, this process's rows of the batch), forever, from `start`.
+        """Yield (position after the step, this process's micro-batches), forever, from `start`.
         An epoch's last incomplete batch is dropped so that every batch has the same size."""
         epoch, index = start.epoch, start.index
         while True:
@@ -83,18 +90,18 @@ class PretrainingData:
             epoch, index = epoch + 1, 0
 
     def eval_batches(self, max_batches: int):
-        """The held-out batches: the same instances and masks at every evaluation."""
+        """The held-out micro-batches: the same instances and masks at every evaluation."""
         if len(self.eval_documents) == 0:
             return
         rng = np.random.default_rng([self.seed, 1 << 30])
         instances = create_instances(self.shards, self.eval_documents, self.max_seq_length, rng, self.short_seq_prob)
         for b, index in enumerate(range(0, len(instances), self.batch_size)):
-            if b >= max_batches or index + self.world > len(instances):
+            if b >= max_batches or len(instances) - index < self.world:  # every process needs a row
                 break
-            yield self.collate(instances[index: index + self.batch_size], (self.seed, 1 << 30, index))
+            yield from self.collate(instances[index: index + self.batch_size], (self.seed, 1 << 30, index))
 
-    def collate(self, instances: np.ndarray, seed: tuple[int, ...]) -> dict:
-        """Build and mask the global batch, then keep this process's rows."""
+    def collate(self, instances: np.ndarray, seed: tuple[int, ...]) -> list[dict]:
+        """Build and mask the global batch, then cut this process's rows into micro-batches."""
         tokens = self.shards.tokens
         lengths = (instances[:, A_END] - instances[:, A_START]) + (instances[:, B_END] - instances[:, B_START]) + 3
         T = int(lengths.max())
@@ -118,9 +125,14 @@ class PretrainingData:
             mask_prob=m.mask_prob, replace_prob=m.replace_prob, random_prob=m.random_prob,
             word_starts=~self.continuation[input_ids] if m.whole_word else None,
         )
-        rows = slice(self.rank, None, self.world)
-        return make_batch(corrupted[rows], torch.from_numpy(types)[rows], attention_mask[rows], labels[rows],
-                          torch.from_numpy(instances[rows, IS_RANDOM].copy()))
+        types, nsp = torch.from_numpy(types), torch.from_numpy(instances[:, IS_RANDOM].copy())
+        mine = torch.arange(self.rank, len(instances), self.world)
+        micro = []
+        for rows in mine.chunk(self.accum):
+            width = int(lengths[rows.numpy()].max())  # no wider than the longest row of this micro-batch
+            micro.append(make_batch(corrupted[rows, :width], types[rows, :width], attention_mask[rows, :width],
+                                    labels[rows, :width], nsp[rows]))
+        return micro
 
 
 def make_batch(input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels=None) -> dict:

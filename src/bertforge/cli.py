@@ -72,7 +72,7 @@ def cmd_fill_mask(args) -> None:
 def cmd_demo(args) -> None:
     from .demo import run_demo
 
-    run_demo(args.out)
+    run_demo(args.out, args.minutes, args.preset)
 
 
 def _bool(text: str) -> bool:
@@ -87,8 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="run the built-in end-to-end demo (no arguments needed)")
-    demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs (default: runs/demo)")
+    demo = commands.add_parser("demo", help="pretrain a small BERT on Shakespeare and try it (no arguments needed)",
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs")
+    demo.add_argument("--minutes", type=float, default=3.0, help="pretraining budget")
+    demo.add_argument("--preset", default="bert-mini", choices=sorted(PRESETS), help="model size")
     demo.set_defaults(func=cmd_demo)
 
     info = commands.add_parser("info", help="show the configuration and size of a checkpoint")
@@ -177,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # disk full, permissions: say which file, without a traceback
+        print(f"bertforge: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

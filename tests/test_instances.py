@@ -1,0 +1,90 @@
+"""Pretraining instances as create_pretraining_data makes them: segments, NSP balance, lengths."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from bertforge.instances import _truncate_pair, create_instances
+
+
+def fake_shards(n_docs=40, seed=0):
+    """Documents of 1-30 sentences of 3-40 tokens; token ids encode (document, sentence) for checks."""
+    rng = np.random.default_rng(seed)
+    tokens, sentences, documents, owner = [], [0], [0], []
+    for d in range(n_docs):
+        for s in range(int(rng.integers(1, 31))):
+            length = int(rng.integers(3, 41))
+            tokens.extend([d] * length)
+            owner.extend([d] * length)
+            sentences.append(len(tokens))
+        documents.append(len(sentences) - 1)
+    return SimpleNamespace(tokens=np.array(tokens), sentences=np.array(sentences), documents=np.array(documents),
+                           num_documents=n_docs, owner=np.array(owner))
+
+
+def test_segments_fit_and_stay_in_their_documents():
+    shards = fake_shards()
+    inst = create_instances(shards, np.arange(40), 128, np.random.default_rng(0))
+    a_len, b_len = inst[:, 1] - inst[:, 0], inst[:, 3] - inst[:, 2]
+    assert np.all(a_len >= 1) and np.all(b_len >= 1)
+    assert np.all(a_len + b_len <= 125)
+    owner = shards.owner
+    assert np.all(owner[inst[:, 0]] == owner[inst[:, 1] - 1])  # A within one document
+    assert np.all(owner[inst[:, 2]] == owner[inst[:, 3] - 1])  # B within one document
+    actual = inst[inst[:, 4] == 0]
+    assert np.all(owner[actual[:, 0]] == owner[actual[:, 2]])  # "IsNext": B is from A's document ...
+    assert np.all(actual[:, 2] >= actual[:, 1])  # ... and follows A
+    random = inst[inst[:, 4] == 1]
+    assert np.mean(owner[random[:, 0]] != owner[random[:, 2]]) > 0.99  # "NotNext": another document
+
+
+def test_nsp_is_balanced_and_most_instances_are_full():
+    shards = fake_shards(200, seed=1)
+    inst = create_instances(shards, np.arange(200), 128, np.random.default_rng(1), short_seq_prob=0.0)
+    # 50% by coin, plus chunks of a single sentence, which must take a random B (as the original).
+    assert 0.48 <= inst[:, 4].mean() <= 0.6
+    lengths = (inst[:, 1] - inst[:, 0]) + (inst[:, 3] - inst[:, 2])
+    assert np.median(lengths) == 125
+
+
+def test_short_sequences_appear_at_the_asked_rate():
+    shards = fake_shards(400, seed=2)
+    full = create_instances(shards, np.arange(400), 128, np.random.default_rng(2), short_seq_prob=0.0)
+    short = create_instances(shards, np.arange(400), 128, np.random.default_rng(2), short_seq_prob=1.0)
+    def share_short(inst):
+        return np.mean((inst[:, 1] - inst[:, 0]) + (inst[:, 3] - inst[:, 2]) < 60)
+    assert share_short(short) > share_short(full) + 0.3
+
+
+def test_each_epoch_draws_anew_and_the_same_seed_repeats():
+    shards = fake_shards()
+    a = create_instances(shards, np.arange(40), 64, np.random.default_rng([0, 0]))
+    b = create_instances(shards, np.arange(40), 64, np.random.default_rng([0, 0]))
+    c = create_instances(shards, np.arange(40), 64, np.random.default_rng([0, 1]))
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a[np.lexsort(a.T)], c[np.lexsort(c.T)])
+
+
+def reference_cuts(a_len, b_len, max_tokens):
+    """Google's truncate_seq_pair loop, counting removals from each side."""
+    cut_a = cut_b = 0
+    while (a_len - cut_a) + (b_len - cut_b) > max_tokens:
+        if a_len - cut_a > b_len - cut_b:
+            cut_a += 1
+        else:
+            cut_b += 1
+    return cut_a, cut_b
+
+
+@pytest.mark.parametrize("a_len, b_len", [(100, 10), (10, 100), (70, 70), (71, 70), (60, 66), (3, 200), (125, 1)])
+def test_truncation_removes_what_the_original_removes(a_len, b_len):
+    rng = np.random.default_rng(0)
+    fronts = []
+    for _ in range(400):
+        a, b = _truncate_pair((1000, 1000 + a_len), (5000, 5000 + b_len), 125, rng)
+        cut_a, cut_b = (a_len - (a[1] - a[0]), b_len - (b[1] - b[0]))
+        assert (cut_a, cut_b) == reference_cuts(a_len, b_len, 125)
+        fronts.append((a[0] - 1000) / max(cut_a, 1))
+    if reference_cuts(a_len, b_len, 125)[0] > 10:
+        assert np.mean(fronts) == pytest.approx(0.5, abs=0.05)  # front or back by a fair coin

@@ -1,0 +1,111 @@
+"""Masking statistics: 15% chosen, 80/10/10 among them, specials and padding never touched."""
+
+import pytest
+import torch
+
+from bertforge.masking import IGNORE, mask_tokens
+
+MASK, PAD, CLS, SEP = 4, 0, 2, 3
+SPECIALS = torch.tensor([PAD, 1, CLS, SEP, MASK])
+RANDOM_IDS = torch.arange(5, 1000)
+
+
+def sample_batch(B=256, T=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 1000, (B, T), generator=g)
+    lengths = torch.randint(T // 4, T + 1, (B,), generator=g)
+    attention = torch.arange(T)[None, :] < lengths[:, None]
+    ids[:, 0] = CLS
+    ids[torch.arange(B), lengths - 1] = SEP
+    ids[~attention] = PAD
+    maskable = attention & (ids != CLS) & (ids != SEP)
+    return ids, maskable
+
+
+def run(ids, maskable, seed=1, **kw):
+    return mask_tokens(ids, maskable, mask_id=MASK, random_ids=RANDOM_IDS,
+                       generator=torch.Generator().manual_seed(seed), **kw)
+
+
+def test_rates_match_bert():
+    ids, maskable = sample_batch()
+    chosen_total = mask_total = random_total = same_total = 0
+    for seed in range(20):
+        corrupted, labels = run(ids, maskable, seed=seed)
+        chosen = labels != IGNORE
+        # Exactly round(15% of the maskable tokens) per row, as create_pretraining_data.
+        assert torch.equal(chosen.sum(1), (maskable.sum(1) * 0.15).round().clamp(min=1).long())
+        assert torch.equal(labels[chosen], ids[chosen])
+        chosen_total += chosen.sum().item()
+        mask_total += (corrupted[chosen] == MASK).sum().item()
+        same_total += (corrupted[chosen] == ids[chosen]).sum().item()
+        random_total += ((corrupted[chosen] != MASK) & (corrupted[chosen] != ids[chosen])).sum().item()
+        assert torch.equal(corrupted[~chosen], ids[~chosen])  # nothing else changes
+    # ~95k predictions: the binomial standard error of each share is below 0.15 percentage points.
+    assert mask_total / chosen_total == pytest.approx(0.8, abs=0.006)
+    # A random draw equal to the original counts as unchanged (1 in 995 here).
+    assert random_total / chosen_total == pytest.approx(0.1 * 994 / 995, abs=0.005)
+    assert same_total / chosen_total == pytest.approx(0.1 + 0.1 / 995, abs=0.005)
+
+
+def test_specials_and_padding_are_never_chosen_or_changed():
+    ids, maskable = sample_batch()
+    corrupted, labels = run(ids, maskable)
+    assert torch.all(labels[~maskable] == IGNORE)
+    assert torch.equal(corrupted[~maskable], ids[~maskable])
+    replaced = (labels != IGNORE) & (corrupted != MASK) & (corrupted != ids)
+    assert not torch.isin(corrupted[replaced], SPECIALS).any()
+
+
+def test_seeded_and_reproducible():
+    ids, maskable = sample_batch(B=8)
+    a, b, c = run(ids, maskable, seed=5), run(ids, maskable, seed=5), run(ids, maskable, seed=6)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])
+
+
+def test_rates_are_configurable():
+    ids, maskable = sample_batch(B=64)
+    corrupted, labels = run(ids, maskable, mask_prob=0.3, replace_prob=1.0, random_prob=0.0)
+    chosen = labels != IGNORE
+    assert chosen.sum().item() / maskable.sum().item() == pytest.approx(0.3, abs=0.01)
+    assert torch.all(corrupted[chosen] == MASK)
+    with pytest.raises(ValueError):
+        run(ids, maskable, replace_prob=0.9, random_prob=0.2)
+
+
+def test_every_chosen_position_is_uniform_over_the_row():
+    ids, maskable = sample_batch(B=1, T=40)
+    maskable[:] = True
+    counts = torch.zeros(40)
+    for seed in range(3000):
+        counts += (run(ids, maskable, seed=seed)[1] != IGNORE).float()[0]
+    expected = 3000 * 6 / 40  # round(0.15 * 40) = 6 per draw
+    assert (counts - expected).abs().max() < 5 * expected ** 0.5
+
+
+def test_whole_word_masking_keeps_words_together():
+    B, T = 128, 96
+    ids, maskable = sample_batch(B=B, T=T)
+    g = torch.Generator().manual_seed(3)
+    word_starts = torch.rand(B, T, generator=g) < 0.6  # words of 1-4+ pieces
+    chosen_share = []
+    for seed in range(5):
+        _, labels = run(ids, maskable, seed=seed, word_starts=word_starts)
+        chosen = labels != IGNORE
+        for row in range(B):
+            word = -1
+            words = {}
+            for t in range(T):
+                if not maskable[row, t]:
+                    word = -1
+                    continue
+                if word_starts[row, t] or word == -1 or not maskable[row, t - 1]:
+                    word = t
+                words.setdefault(word, []).append(bool(chosen[row, t]))
+            for pieces in words.values():
+                assert all(pieces) or not any(pieces)  # a word is predicted whole or not at all
+        assert torch.all(chosen.sum(1) <= (maskable.sum(1) * 0.15).round().clamp(min=1))
+        chosen_share.append(chosen.sum().item() / maskable.sum().item())
+    # Whole words stop short of the budget by less than a word on average.
+    assert 0.12 < sum(chosen_share) / len(chosen_share) <= 0.15

@@ -1,0 +1,238 @@
+"""Pretraining end to end: CLI, HF export parity, exact resume after Ctrl-C, DDP, and bad input."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
+from bertforge.cli import main
+from bertforge.objectives import BertPretraining
+from bertforge.pretrain import pretrain
+from bertforge.trainer import TrainingStopped, TrainOptions, read_metrics
+from conftest import random_batch, tiny_config, write_corpus
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_args(corpus, out, cache, *extra):
+    return ["pretrain", "--corpus", str(corpus), "--out", str(out), "--preset", "bert-tiny", "--vocab-size", "100",
+            "--batch-size", "8", "--max-seq-length", "32", "--cache-dir", str(cache), "--quiet", *extra]
+
+
+def test_pretraining_export_matches_transformers_bert_for_pretraining(tmp_path):
+    torch.manual_seed(0)
+    ours = BertPretraining(tiny_config()).eval()
+    torch.nn.init.normal_(ours.mlm.bias)
+    save_pretrained(ours, str(tmp_path))
+    theirs, info = transformers.BertForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values())  # no missing, unexpected or mismatched keys
+    batch = random_batch(99)
+    with torch.no_grad():
+        expected = theirs.eval()(**batch)
+        out = ours.bert(**batch)
+        every_position = torch.arange(batch["input_ids"].numel())
+        logits = ours.mlm_logits(out.last_hidden_state, every_position).view(*batch["input_ids"].shape, -1)
+        assert (logits - expected.prediction_logits).abs().max() <= 1e-5
+        assert (ours.nsp(out.pooler_output) - expected.seq_relationship_logits).abs().max() <= 1e-5
+    theirs.save_pretrained(tmp_path / "back")
+    again = load_pretrained(str(tmp_path / "back"), cls=BertPretraining)
+    assert torch.equal(again.mlm.bias, ours.mlm.bias)
+
+
+def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    assert main(tiny_args(tmp_path / "corpus", out, tmp_path / "cache", "--steps", "40", "--lr", "2e-3",
+                          "--log-every", "5", "--eval-every", "20", "--save-every", "20")) == 0
+    records = read_metrics(str(out))
+    train = [r for r in records if "loss" in r]
+    evals = [r for r in records if r.get("eval")]
+    assert [r["step"] for r in train] == list(range(5, 41, 5)) and [r["step"] for r in evals] == [20, 40]
+    assert train[-1]["mlm_loss"] < train[0]["mlm_loss"] - 1.0  # it learns: ln(100) -> near ln(13)
+    assert set(train[0]) >= {"lr", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "tokens_per_s", "elapsed_s"}
+    assert sorted(os.listdir(out / "checkpoints")) == ["step-0000020", "step-0000040"]
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "loss.png").stat().st_size > 1000
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["model"]["num_hidden_layers"] == 2 and config["batch_size"] == 8 and config["train"]["steps"] == 40
+
+    theirs = transformers.BertForPreTraining.from_pretrained(out / "model").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out / "model")
+    ours = load_pretrained(str(out / "model"), cls=BertPretraining).eval()
+    batch = dict(tokenizer(["alpha beta [MASK] delta.", "mu mu."], ["zeta eta.", "kappa."], padding=True,
+                           return_tensors="pt"))
+    with torch.no_grad():
+        expected = theirs(**batch).prediction_logits
+        hidden = ours.bert(**batch).last_hidden_state
+        logits = ours.mlm_logits(hidden, torch.arange(batch["input_ids"].numel())).view_as(expected)
+    assert (logits - expected).abs().max() <= 1e-4
+
+    capsys.readouterr()
+    assert main(["fill-mask", str(out / "model"), "alpha beta [MASK] delta.", "--top-k", "3"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("[MASK] 1: ") and line.count("(") == 3
+
+
+def run_cli(args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "bertforge.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_ctrl_c_saves_and_resume_continues_exactly(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    # One vocabulary for both runs: the tokenizers library's WordPiece training breaks ties in hash
+    # order, so two trainings on the same text may differ (huggingface/tokenizers#1794).
+    Tokenizer.train(files=[str(tmp_path / "corpus" / "one.txt")], vocab_size=100).save_pretrained(str(tmp_path / "tok"))
+    common = ["--steps", "300", "--log-every", "1", "--eval-every", "100", "--save-every", "1000", "--lr", "1e-3",
+              "--tokenizer", str(tmp_path / "tok")]
+    reference = run_cli(tiny_args(tmp_path / "corpus", tmp_path / "full", tmp_path / "cache", *common))
+    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+
+    interrupted = run_cli(tiny_args(tmp_path / "corpus", tmp_path / "cut", tmp_path / "cache", *common))
+    metrics = tmp_path / "cut" / "metrics.jsonl"
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 20):
+        assert interrupted.poll() is None, interrupted.stderr.read()
+        time.sleep(0.05)
+    interrupted.send_signal(signal.SIGINT)
+    assert interrupted.wait(timeout=120) == 130, interrupted.stderr.read()
+    saved = os.listdir(tmp_path / "cut" / "checkpoints")
+    assert len(saved) == 1 and 20 <= int(saved[0].split("-")[1]) < 300
+    assert not os.path.exists(tmp_path / "cut" / "model")
+
+    resumed = run_cli(tiny_args(tmp_path / "corpus", tmp_path / "cut", tmp_path / "cache", *common, "--resume"))
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    full, cut = read_metrics(str(tmp_path / "full")), read_metrics(str(tmp_path / "cut"))
+    assert [r["step"] for r in cut if "loss" in r] == list(range(1, 301))
+    for a, b in zip(full, cut):
+        a = {k: v for k, v in a.items() if k not in ("tokens_per_s", "elapsed_s")}
+        b = {k: v for k, v in b.items() if k not in ("tokens_per_s", "elapsed_s")}
+        assert a == b  # every loss, accuracy and learning rate, to the last digit
+    for name in ("model.safetensors",):
+        assert (tmp_path / "full" / "model" / name).read_bytes() == (tmp_path / "cut" / "model" / name).read_bytes()
+
+
+DDP_SCRIPT = """
+import sys
+from bertforge.pretrain import pretrain
+from bertforge.trainer import TrainOptions
+corpus, out, tokenizer, cache = sys.argv[1:5]
+options = TrainOptions(out=out, steps=6, accum=int(sys.argv[5]), log_every=1, eval_every=0, save_every=1000,
+                       precision="fp32", progress=False, lr=1e-3)
+pretrain(corpus, out, preset="bert-tiny", tokenizer=tokenizer, max_seq_length=32, batch_size=8, cache_dir=cache,
+         options=options, model_overrides={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+"""
+
+
+def test_two_processes_follow_one_process_at_the_same_global_batch(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    Tokenizer.train(files=[str(tmp_path / "corpus" / "one.txt")], vocab_size=100).save_pretrained(str(tmp_path / "tok"))
+    script = tmp_path / "run.py"
+    script.write_text(DDP_SCRIPT)
+    args = [str(tmp_path / "corpus"), None, str(tmp_path / "tok"), str(tmp_path / "cache")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def run(prefix, out, accum="1"):
+        args[1] = str(tmp_path / out)
+        done = subprocess.run([*prefix, str(script), *args, accum], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return read_metrics(str(tmp_path / out))
+
+    single = run([sys.executable], "one")
+    accumulated = run([sys.executable], "accum", accum="2")  # 2 micro-batches of 4 = one batch of 8
+    double = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"], "two")
+    assert len(single) == len(double) == len(accumulated) == 7  # 6 steps and the final evaluation
+    for a, b, c in zip(single, double, accumulated):
+        a, b, c = (r.get("eval", r) for r in (a, b, c))
+        for key in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"):
+            assert b[key] == pytest.approx(a[key], rel=2e-4, abs=1e-5), key
+            assert c[key] == pytest.approx(a[key], rel=2e-4, abs=1e-5), key
+
+
+def small_options(out, **overrides):
+    values = dict(out=str(out), steps=4, log_every=1, eval_every=0, save_every=2, progress=False, lr=1e-3)
+    values.update(overrides)
+    return TrainOptions(**values)
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    write_corpus(tmp_path / "corpus")
+    calls = {"n": 0}
+    real_forward = BertPretraining.forward
+
+    def failing_forward(self, batch):
+        losses, correct = real_forward(self, batch)
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third step
+            losses["mlm"] = losses["mlm"] * float("nan")
+        return losses, correct
+
+    monkeypatch.setattr(BertPretraining, "forward", failing_forward)
+    out = tmp_path / "run"
+    with pytest.raises(TrainingStopped, match=r"the loss became nan at step 3.*step-0000002.*--lr"):
+        pretrain(str(tmp_path / "corpus"), str(out), preset="bert-tiny", vocab_size=100, max_seq_length=32,
+                 batch_size=8, cache_dir=str(tmp_path / "cache"), options=small_options(out))
+    assert os.listdir(out / "checkpoints") == ["step-0000002"]
+    model = load_pretrained(str(out / "checkpoints" / "step-0000002"), cls=BertPretraining)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    import bertforge.trainer as trainer_module
+
+    write_corpus(tmp_path / "corpus")
+    real_save, calls = torch.save, {"n": 0}
+
+    def disk_full(obj, path):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(28, "No space left on device")
+        real_save(obj, path)
+
+    monkeypatch.setattr(trainer_module.torch, "save", disk_full)
+    out = tmp_path / "run"
+    with pytest.raises(OSError, match="No space left"):
+        pretrain(str(tmp_path / "corpus"), str(out), preset="bert-tiny", vocab_size=100, max_seq_length=32,
+                 batch_size=8, cache_dir=str(tmp_path / "cache"), options=small_options(out, steps=6))
+    assert os.listdir(out / "checkpoints") == ["step-0000002"]  # no half-written step-0000004
+    load_pretrained(str(out / "checkpoints" / "step-0000002"), cls=BertPretraining)
+
+
+def test_bad_runs_are_explained(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus")
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "a.txt").write_text("Just one sentence.\nAnd another.\n")
+    cache = tmp_path / "cache"
+
+    def error_of(args):
+        assert main(args) == 2
+        return capsys.readouterr().err
+
+    assert "makes only" in error_of(tiny_args(tmp_path / "tiny", tmp_path / "r0", cache, "--steps", "2"))
+    assert "no such directory to resume from" in error_of(
+        tiny_args(tmp_path / "corpus", tmp_path / "missing", cache, "--steps", "2", "--resume"))
+    assert "give a budget" in error_of(tiny_args(tmp_path / "corpus", tmp_path / "r1", cache))
+    assert main(tiny_args(tmp_path / "corpus", tmp_path / "r2", cache, "--steps", "2")) == 0
+    assert "already holds checkpoints" in error_of(tiny_args(tmp_path / "corpus", tmp_path / "r2", cache, "--steps", "4"))
+    other = tiny_args(tmp_path / "corpus", tmp_path / "r2", cache, "--steps", "4", "--resume")
+    other[other.index("bert-tiny")] = "bert-mini"
+    err = error_of(other)
+    assert "step-0000002: the checkpoint is of a different model" in err and "hidden_size=128 there, 256 asked" in err
+    Tokenizer.train(texts=["unrelated words entirely"] * 5, vocab_size=40).save_pretrained(str(tmp_path / "tok"))
+    assert "not the tokenizer the run" in error_of(
+        tiny_args(tmp_path / "corpus", tmp_path / "r2", cache, "--steps", "4", "--resume", "--tokenizer",
+                  str(tmp_path / "tok")))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "data.txt").write_bytes(b"\x00\x01\x02" * 100)
+    assert "data.txt: a binary file" in error_of(tiny_args(tmp_path / "bin", tmp_path / "r3", cache, "--steps", "2"))
+    (tmp_path / "nofiles").mkdir()
+    (tmp_path / "nofiles" / "notes.json").write_text("{}")
+    assert "nofiles: no text files in this folder" in error_of(
+        tiny_args(tmp_path / "nofiles", tmp_path / "r4", cache, "--steps", "2"))
