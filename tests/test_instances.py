@@ -88,3 +88,12 @@ def test_truncation_removes_what_the_original_removes(a_len, b_len):
         fronts.append((a[0] - 1000) / max(cut_a, 1))
     if reference_cuts(a_len, b_len, 125)[0] > 10:
         assert np.mean(fronts) == pytest.approx(0.5, abs=0.05)  # front or back by a fair coin
+
+
+def test_random_segments_come_from_the_same_split():
+    shards = fake_shards()
+    train = np.arange(0, 40, 2)  # the held-out documents (odd ones) must never appear
+    inst = create_instances(shards, train, 128, np.random.default_rng(3))
+    assert set(np.unique(shards.owner[inst[:, 0]])) <= set(train)
+    assert set(np.unique(shards.owner[inst[:, 2]])) <= set(train)
+    assert inst[:, 4].sum() > 40  # plenty of random segments were drawn

@@ -8,6 +8,7 @@ process of a distributed run builds the same global batch and keeps its own rows
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +75,13 @@ class PretrainingData:
             if len(instances) < self.batch_size:
                 raise BertforgeError(f"the corpus makes only {len(instances)} training instances, fewer than "
                                      f"one batch of {self.batch_size}; use more text or a smaller batch")
+            random_share = instances[:, IS_RANDOM].mean()
+            if epoch == 0 and random_share > 0.7:
+                # A one-sentence document can only be paired with a random B (as in the original),
+                # so NSP degenerates into always answering "random".
+                warnings.warn(f"{random_share:.0%} of the next-sentence pairs are random (50% expected): most "
+                              "documents have a single sentence. If blank lines separate paragraphs rather than "
+                              "documents, use --layout prose.", stacklevel=2)
             self._epoch_cache = (epoch, instances)
         return self._epoch_cache[1]
 

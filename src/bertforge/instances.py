@@ -45,7 +45,7 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
                 a_cut = chunk_start + 1 if chunk_end - chunk_start < 2 else int(rng.integers(chunk_start + 1, chunk_end))
                 a = (int(bounds[chunk_start]), int(bounds[a_cut]))
                 if chunk_end - chunk_start == 1 or rng.random() < nsp_prob:
-                    b = _random_segment(shards, doc, target - (a[1] - a[0]), rng)
+                    b = _random_segment(shards, documents, doc, target - (a[1] - a[0]), rng)
                     is_random = 1
                     i = a_cut - 1  # the gathered sentences after the cut are used again
                 else:
@@ -60,12 +60,13 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
     return instances[rng.permutation(len(instances))]
 
 
-def _random_segment(shards: Shards, doc: int, length: int, rng: np.random.Generator) -> tuple[int, int]:
-    """Sentences from a random other document, from a random sentence on, up to `length` tokens."""
-    n_docs = shards.num_documents
+def _random_segment(shards: Shards, documents: np.ndarray, doc: int, length: int,
+                    rng: np.random.Generator) -> tuple[int, int]:
+    """Sentences from a random other document of the same split (held-out text never leaks into
+    training), from a random sentence on, up to `length` tokens."""
     other = doc
-    for _ in range(10):  # the original tries ten times; a one-document corpus must reuse itself
-        other = int(rng.integers(n_docs))
+    for _ in range(10):  # the original tries ten times; a one-document split must reuse itself
+        other = int(documents[rng.integers(len(documents))])
         if other != doc:
             break
     first, last = int(shards.documents[other]), int(shards.documents[other + 1])
