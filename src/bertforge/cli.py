@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs")
     demo.add_argument("--minutes", type=float, default=3.0, help="pretraining budget")
-    demo.add_argument("--preset", default="bert-mini", choices=sorted(PRESETS), help="model size")
+    demo.add_argument("--preset", default="bert-tiny", choices=sorted(PRESETS), help="model size")
     demo.set_defaults(func=cmd_demo)
 
     info = commands.add_parser("info", help="show the configuration and size of a checkpoint")

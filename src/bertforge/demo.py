@@ -56,7 +56,7 @@ def play_to_text(markdown: str) -> str:
     return "\n\n".join(paragraphs) + "\n"
 
 
-def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-mini") -> None:
+def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-tiny") -> None:
     """Pretrain `preset` on Shakespeare for `minutes`, then print the curve and fill-mask answers."""
     corpus = os.path.join(out, "corpus")
     os.makedirs(corpus, exist_ok=True)
@@ -73,10 +73,12 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-m
         import shutil
 
         shutil.rmtree(run)  # the demo always starts afresh
-    options = TrainOptions(out=run, max_minutes=minutes, lr=5e-4, warmup=0.05, eval_every=100, eval_batches=10,
-                           save_every=1000, log_every=10)
-    pretrain(corpus, run, preset=preset, vocab_size=8000, layout="prose", cache_dir=os.path.join(out, "cache"),
-             eval_fraction=0.05, options=options)
+    # Short speeches and a few minutes of CPU: short sequences give more updates per minute, and a
+    # small model takes a larger learning rate than BERT-base's 1e-4.
+    options = TrainOptions(out=run, max_minutes=minutes, lr=3e-3 if preset == "bert-tiny" else 1e-3, warmup=0.05,
+                           eval_every=200, eval_batches=10, save_every=1000, log_every=20)
+    pretrain(corpus, run, preset=preset, vocab_size=8000, layout="prose", max_seq_length=64, batch_size=64,
+             cache_dir=os.path.join(out, "cache"), eval_fraction=0.05, options=options)
 
     records = read_metrics(run)
     evals = [r for r in records if r.get("eval")]
@@ -91,6 +93,8 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-m
     for prompt in PROMPTS:
         guesses = ", ".join(f"{token} ({p:.2f})" for token, p in fill(prompt, top_k=5)[0])
         print(f"  {prompt}\n    -> {guesses}")
+    print("  (a few CPU minutes teach mostly which words are frequent; `bertforge demo --minutes 30` "
+          "or a larger --preset goes further)")
     print(f"\nan HF checkpoint is in {model_dir}; it loads anywhere, e.g.\n"
           f"  transformers.BertForPreTraining.from_pretrained({model_dir!r})\n"
           f"  bertforge fill-mask {model_dir} \"the [MASK] of denmark\"")
