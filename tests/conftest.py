@@ -50,12 +50,14 @@ def random_batch(vocab_size: int, batch: int = 3, length: int = 16, seed: int = 
 
 
 def write_corpus(directory, n_docs=30, seed=0):
+    """Documents of 2-9 random sentences over a 12-word vocabulary, in two files of the BERT layout."""
     rng = np.random.default_rng(seed)
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
     directory.mkdir(parents=True, exist_ok=True)
     docs = []
     for d in range(n_docs):
-        docs.append([" ".join(rng.choice(words, size=int(rng.integers(3, 12)))) + "." for _ in range(int(rng.integers(1, 8)))])
+        docs.append([" ".join(rng.choice(words, size=int(rng.integers(3, 12)))).capitalize() + "."
+                     for _ in range(int(rng.integers(2, 10)))])
     half = n_docs // 2
     for name, part in (("one.txt", docs[:half]), ("two.txt", docs[half:])):
         (directory / name).write_text("\n\n".join("\n".join(doc) for doc in part) + "\n")

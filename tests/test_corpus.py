@@ -162,3 +162,18 @@ def test_an_empty_corpus_is_an_error_and_leaves_no_cache(tmp_path, small_tokeniz
     with pytest.raises(BertforgeError, match="blank.txt: no text found"):
         build_shards(str(tmp_path / "corpus"), small_tokenizer, cache_dir=str(tmp_path / "cache"), progress=False)
     assert os.listdir(tmp_path / "cache" / "shards") == []
+
+
+def test_held_out_documents_are_at_least_two():
+    import warnings
+
+    from bertforge.batches import split_documents
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train, held = split_documents(3, 0.02, seed=0)
+    assert len(held) == 0 and len(train) == 3 and "no held-out evaluation" in str(caught[0].message)
+    for n, expected in ((4, 2), (50, 2), (100, 2), (1000, 20)):
+        train, held = split_documents(n, 0.02, seed=0)
+        assert len(held) == expected and len(train) == n - expected
+        assert not set(train) & set(held)

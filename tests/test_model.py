@@ -75,7 +75,16 @@ def test_initialisation_follows_bert():
 
 
 def test_real_pretrained_weights_match_transformers(minilm_dir):
-    ours = load_pretrained(minilm_dir)
-    theirs = transformers.BertModel.from_pretrained(minilm_dir)
+    ours = load_pretrained(minilm_dir).eval()
+    theirs = transformers.BertModel.from_pretrained(minilm_dir).eval()
     assert ours.config.hidden_size == 384 and ours.config.num_hidden_layers == 6
-    assert_same_outputs(ours, theirs, random_batch(ours.config.vocab_size, batch=4, length=40))
+    batch = random_batch(ours.config.vocab_size, batch=8, length=128)
+    with torch.no_grad():
+        a = ours(**batch, output_hidden_states=True)
+        b = theirs(**batch, output_hidden_states=True)
+    assert max_diff(a.last_hidden_state, b.last_hidden_state) <= 1e-5
+    assert max_diff(a.pooler_output, b.pooler_output) <= 1e-5
+    # Inside, real activations reach magnitude ~10, where float32 steps are ~1e-6: the fused QKV
+    # matmul sums in another order than three separate ones, so compare relative to the magnitude.
+    for mine, hf in zip(a.hidden_states, b.hidden_states):
+        assert max_diff(mine, hf) <= 2e-6 * hf.abs().max().item()

@@ -34,6 +34,15 @@ def atomic_directory(path: str):
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, path)
+    _fsync_directory(parent)  # make the rename itself durable
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_tree(directory: str) -> None:
@@ -44,3 +53,4 @@ def _fsync_tree(directory: str) -> None:
         if os.path.isfile(full):
             with open(full, "rb") as f:
                 os.fsync(f.fileno())
+    _fsync_directory(directory)

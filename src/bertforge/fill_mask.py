@@ -33,6 +33,6 @@ class FillMask:
         with torch.no_grad():
             hidden = self.model.bert(**batch).last_hidden_state
             probs = self.model.mlm_logits(hidden, torch.tensor(positions)).softmax(-1)  # (M, V)
-        top = probs.topk(top_k, dim=-1)
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
         return [[(self.tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(row_p, row_i)]
                 for row_p, row_i in zip(top.values, top.indices)]

@@ -11,6 +11,8 @@ which keeps a whole epoch's instances small whatever the corpus size.
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from .errors import BertforgeError
@@ -31,7 +33,7 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
     if max_tokens < 2:
         raise BertforgeError(f"max_seq_length must be at least 5, got {max_seq_length}")
     sentence_bounds, document_bounds = shards.sentences, shards.documents
-    out: list[tuple[int, int, int, int, int]] = []
+    out = array("q")  # five int64 per instance, compact however many there are
     for doc in documents:
         first, last = int(document_bounds[doc]), int(document_bounds[doc + 1])
         bounds = np.asarray(sentence_bounds[first: last + 1])  # token offsets of this document's sentences
@@ -53,10 +55,10 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
                     is_random = 0
                 a, b = _truncate_pair(a, b, max_tokens, rng)
                 if a[1] > a[0] and b[1] > b[0]:
-                    out.append((a[0], a[1], b[0], b[1], is_random))
+                    out.extend((a[0], a[1], b[0], b[1], is_random))
                 chunk_start = i + 1
             i += 1
-    instances = np.array(out, dtype=np.int64).reshape(-1, 5)
+    instances = np.frombuffer(out, dtype=np.int64).reshape(-1, 5)
     return instances[rng.permutation(len(instances))]
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
 import torch.distributed as dist
 
+from .atomic import atomic_directory
 from .batches import MaskingOptions, PretrainingData
 from .config import preset as size_preset
 from .corpus import FileReport, find_files, read_units, split_sentences
@@ -14,13 +16,13 @@ from .errors import BertforgeError
 from .objectives import BertPretraining
 from .shards import build_shards
 from .tokenizer import Tokenizer
-from .trainer import TrainOptions, distributed_setup, train
+from .trainer import TrainOptions, distributed_setup, latest_checkpoint, train
 
 
-def corpus_sentences(files: list[str]):
+def corpus_sentences(files: list[str], layout: str = "auto", text_field: str = "text"):
     """Every sentence of the corpus, read as the shard builder reads it (for vocabulary training)."""
     for path in files:
-        for _, text, is_paragraph in read_units(path, FileReport(path)):
+        for _, text, is_paragraph in read_units(path, FileReport(path), layout, text_field):
             yield from (split_sentences(text) if is_paragraph else [text])
 
 
@@ -37,28 +39,32 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
     """
     options = options or TrainOptions(out=out)
     options.out = out
+    masking = masking or MaskingOptions()
+    if batch_size < 1 or not 0 <= eval_fraction < 1:
+        raise BertforgeError("batch_size must be positive and eval_fraction in [0, 1)")
     rank, world, _ = distributed_setup()
     files = find_files(corpus)
+    run_config = {
+        "corpus": [os.path.abspath(f) for f in files], "preset": preset, "max_seq_length": max_seq_length,
+        "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
+        "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
+    }
     tokenizer_dir = os.path.join(out, "tokenizer")
     if resume:
-        if not os.path.isdir(out):
-            raise BertforgeError(f"{out}: no such directory to resume from")
-        if not os.path.isdir(tokenizer_dir):
-            raise BertforgeError(f"{out}: not a pretraining run (no tokenizer/ inside)")
-        tok = Tokenizer.from_pretrained(tokenizer_dir)
-        if tokenizer and Tokenizer.from_pretrained(tokenizer).backend.get_vocab() != tok.backend.get_vocab():
-            raise BertforgeError(f"{tokenizer}: not the tokenizer the run in {out} was trained with; "
-                                 "drop --tokenizer to resume with the run's own")
-    elif tokenizer:
-        tok = Tokenizer.from_pretrained(tokenizer)
+        tok = _resume_tokenizer(out, tokenizer, run_config)
     else:
+        if latest_checkpoint(out):
+            raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
+        if tokenizer:
+            tok = Tokenizer.from_pretrained(tokenizer)
+        elif rank == 0:
+            tok = Tokenizer.train(texts=corpus_sentences(files, layout, text_field), vocab_size=vocab_size,
+                                  lowercase=lowercase, show_progress=options.progress)
         if rank == 0:
-            Tokenizer.train(texts=corpus_sentences(files), vocab_size=vocab_size, lowercase=lowercase,
-                            show_progress=options.progress).save_pretrained(tokenizer_dir)
+            with atomic_directory(tokenizer_dir) as tmp:
+                tok.save_pretrained(tmp)
         _barrier(world)
         tok = Tokenizer.from_pretrained(tokenizer_dir)
-    if not resume and rank == 0 and not os.path.isdir(tokenizer_dir):
-        tok.save_pretrained(tokenizer_dir)
 
     if rank == 0:
         shards = build_shards(files, tok, cache_dir, layout, text_field, progress=options.progress)
@@ -75,13 +81,37 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
                            eval_fraction, rank, world, options.accum)
     torch.manual_seed(options.seed)  # the initial weights are part of what the seed fixes
     model = BertPretraining(config)
-    run_config = {
-        "corpus": [os.path.abspath(f) for f in files], "preset": preset, "model": config.to_dict(),
-        "max_seq_length": max_seq_length, "batch_size": batch_size, "short_seq_prob": short_seq_prob,
-        "masking": vars(data.masking), "shards": shards.directory, "eval_fraction": eval_fraction,
-        "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents),
-    }
-    return train(model, data, options, tok, run_config, resume)
+    facts = {"model": config.to_dict(), "shards": shards.directory,
+             "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents)}
+    return train(model, data, options, tok, {**run_config, **facts}, resume)
+
+
+# What must not change between a run and its resumption: the data stream depends on all of it.
+RESUME_KEYS = ("corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking", "layout", "text_field",
+               "eval_fraction", "seed")
+
+
+def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Tokenizer:
+    """The tokenizer saved with the latest checkpoint, after checking the run's data settings."""
+    if not os.path.isdir(out):
+        raise BertforgeError(f"{out}: no such directory to resume from")
+    latest = latest_checkpoint(out)
+    if latest is None:
+        raise BertforgeError(f"{out}: no checkpoint to resume from")
+    saved_path = os.path.join(out, "run_config.json")
+    try:
+        with open(saved_path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise BertforgeError(f"{saved_path}: cannot be read ({e})") from None
+    changed = [f"{k} ({saved.get(k)!r} then, {run_config[k]!r} now)" for k in RESUME_KEYS if saved.get(k) != run_config[k]]
+    if changed:
+        raise BertforgeError(f"{out}: resuming needs the same data settings; changed: {'; '.join(changed)}")
+    tok = Tokenizer.from_pretrained(latest)
+    if tokenizer and Tokenizer.from_pretrained(tokenizer).backend.get_vocab() != tok.backend.get_vocab():
+        raise BertforgeError(f"{tokenizer}: not the tokenizer the run in {out} was trained with; "
+                             "drop --tokenizer to resume with the run's own")
+    return tok
 
 
 def _barrier(world: int) -> None:

@@ -138,7 +138,8 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(cls, directory: str) -> "Tokenizer":
-        """Load the tokenizer of an HF BERT directory (`tokenizer.json`, else `vocab.txt`)."""
+        """Load the tokenizer of an HF BERT directory: `vocab.txt` with the flags of
+        `tokenizer_config.json` (what `BertTokenizerFast` itself rebuilds from), else `tokenizer.json`."""
         if not os.path.isdir(directory):
             raise BertforgeError(f"{directory}: no such directory")
         settings = _read_json(os.path.join(directory, "tokenizer_config.json"), default={})

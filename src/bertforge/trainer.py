@@ -9,6 +9,7 @@ budgets in steps and minutes, Ctrl-C that saves first, and a stop on a non-finit
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from .atomic import atomic_directory
 from .batches import Position
 from .errors import BertforgeError
 from .hf import check_vocab_fits, load_into, read_config, to_hf, write_pretrained
-from .optim import lr_at, make_optimizer
+from .optim import SCHEDULES, lr_at, make_optimizer
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT = re.compile(r"^step-(\d+)$")
@@ -55,6 +56,22 @@ class TrainOptions:
     seed: int = 0
     progress: bool = True
 
+    def __post_init__(self):
+        checks = [
+            (self.steps is None or self.steps >= 1, "steps must be at least 1"),
+            (self.max_minutes is None or self.max_minutes > 0, "max_minutes must be positive"),
+            (self.lr > 0, "lr must be positive"), (self.warmup >= 0, "warmup must be 0 or more"),
+            (self.accum >= 1, "accum must be at least 1"), (self.clip >= 0, "clip must be 0 (off) or more"),
+            (self.log_every >= 1, "log_every must be at least 1"), (self.keep >= 1, "keep must be at least 1"),
+            (self.eval_every >= 0 and self.save_every >= 0, "eval_every and save_every must be 0 (off) or more"),
+            (self.eval_batches >= 1, "eval_batches must be at least 1"),
+            (self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}"),
+            (self.precision in ("auto", "bf16", "fp32"), "precision must be auto, bf16 or fp32"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise BertforgeError(message)
+
 
 class TrainingStopped(BertforgeError):
     """The loss became non-finite; the last good checkpoint is kept."""
@@ -74,14 +91,19 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     check_vocab_fits(tokenizer, model.bert.config)
     torch.manual_seed(o.seed)
     model.to(device)
-    step, position, elapsed, total_steps = 0, Position(), 0.0, o.steps
+    step, position, elapsed, total_steps, window = 0, Position(), 0.0, o.steps, None
     optimizer = make_optimizer(model, o.lr, o.weight_decay, o.betas, o.eps)
     checkpoints = os.path.join(o.out, "checkpoints")
     if resume:
-        step, position, elapsed, total_steps = _restore(model, optimizer, checkpoints, device)
+        step, position, elapsed, total_steps, window = _restore(model, optimizer, checkpoints, device)
         _log(rank == 0, f"resuming from step {step} (epoch {position.epoch}, instance {position.index})")
-    elif rank == 0 and os.path.isdir(checkpoints) and _list_checkpoints(checkpoints):
+        if o.steps and o.steps != total_steps:
+            _log(rank == 0, f"the run planned {total_steps} steps; now {o.steps} (the schedule stretches to fit)")
+            total_steps = o.steps
+    elif latest_checkpoint(o.out):
         raise BertforgeError(f"{o.out} already holds checkpoints: pass --resume to continue, or choose another --out")
+    if rank == 0:
+        _remove_leftovers(checkpoints)
     autocast = _autocast(o.precision, device)
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
@@ -101,17 +123,22 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
 
     bar = tqdm(total=total_steps, initial=step, disable=not (o.progress and rank == 0), file=sys.stderr,
                dynamic_ncols=True, desc="pretraining", mininterval=1 if sys.stderr.isatty() else 30)
-    start, window_tokens, window_start = time.perf_counter() - elapsed, 0, time.perf_counter()
+    start, window_start = time.perf_counter() - elapsed, time.perf_counter()
+    # The metrics window (sums since the last record) is part of the state, so that records after a
+    # resume average the same steps as in an uninterrupted run.
+    sums, window_tokens = window if window else (None, 0)
     status = "done"
     last_saved = step if resume else -1
-    sums = None
     with stop:
         while step < total_steps:
-            if o.max_minutes and time.perf_counter() - start >= o.max_minutes * 60:
-                status = "time budget reached"
-                break
-            if stop.requested:
+            out_of_time = bool(o.max_minutes) and time.perf_counter() - start >= o.max_minutes * 60
+            # Every process must stop at the same step, or their collectives would pair up wrongly.
+            verdict = _all_sum({"time": int(out_of_time), "interrupt": int(stop.requested)}, device)
+            if verdict["interrupt"]:
                 status = "interrupted"
+                break
+            if verdict["time"]:
+                status = "time budget reached"
                 break
             next_position, micro = next(batches)
             totals = _all_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, device)
@@ -133,13 +160,18 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             step_sums = _all_sum(step_sums, device)
             step_loss = sum(step_sums[f"{k}_loss"] / totals[k] for k in totals)
             if not math.isfinite(step_loss):
-                latest = _list_checkpoints(checkpoints)
+                latest = latest_checkpoint(o.out)
                 raise TrainingStopped(
                     f"the loss became {step_loss} at step {step + 1}; stopped without updating the weights. "
-                    + (f"The last good checkpoint is {latest[-1]}. " if latest else "No checkpoint was written yet. ")
+                    + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
                     + "Lower the learning rate (--lr) or use --precision fp32.")
-            if o.clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip or float("inf"))
+            if not torch.isfinite(grad_norm):  # a bf16 overflow in the backward pass, say
+                latest = latest_checkpoint(o.out)
+                raise TrainingStopped(
+                    f"the gradients became non-finite at step {step + 1}; stopped without updating the weights. "
+                    + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
+                    + "Lower the learning rate (--lr) or use --precision fp32.")
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
@@ -156,17 +188,19 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=record["tokens_per_s"])
                 _append(rank, o.out, record)
                 sums, window_tokens, window_start = None, 0, now
+            paused = time.perf_counter()
             if o.eval_every and step % o.eval_every == 0:
                 _append(rank, o.out, {"step": step, "eval": evaluate(net, data, o.eval_batches, autocast, device)})
             if o.save_every and step % o.save_every == 0:
                 _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-                      total_steps, o.keep)
+                      total_steps, o.keep, (sums, window_tokens))
                 last_saved = step
+            window_start += time.perf_counter() - paused  # tokens/s measures training, not evaluation
     bar.close()
     result = {"status": status, "step": step, "elapsed_s": round(time.perf_counter() - start, 1)}
     if step != last_saved:
         _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-              total_steps, o.keep)
+              total_steps, o.keep, (sums, window_tokens))
     if status != "interrupted":
         if not (o.eval_every and step % o.eval_every == 0):
             _append(rank, o.out, {"step": step, "eval": evaluate(net, data, o.eval_batches, autocast, device)})
@@ -237,7 +271,10 @@ def _autocast(precision: str, device: torch.device):
         raise BertforgeError(f"precision must be auto, bf16 or fp32, got {precision!r}")
     if precision == "fp32":
         return contextlib.nullcontext()
-    supported = torch.cuda.is_bf16_supported() if device.type == "cuda" else torch.cpu._is_avx512_bf16_supported()
+    if device.type == "cuda":
+        supported = torch.cuda.is_bf16_supported()
+    else:  # a private helper, hence the guard; AMX or AVX512-BF16 make bf16 matmuls fast on a CPU
+        supported = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
     if precision == "auto" and not supported:
         return contextlib.nullcontext()
     # Weights and optimizer state stay fp32; matmuls run in bf16; losses are computed in fp32.
@@ -258,11 +295,11 @@ def _estimate_steps(net, data, autocast, device, o: TrainOptions, world: int) ->
         timings.append(time.perf_counter() - begin)
     net.zero_grad(set_to_none=True)
     step_seconds = min(timings[1:]) * o.accum * 1.1  # the optimizer update and data add ~10%
-    eval_share = (o.eval_batches / (3 * o.eval_every * o.accum)) if o.eval_every else 0.0
+    eval_share = (o.eval_batches / (3 * o.eval_every)) if o.eval_every else 0.0  # a forward is ~1/3 of a step
     steps = int(o.max_minutes * 60 / (step_seconds * (1 + eval_share)))
     if o.steps:
         steps = min(steps, o.steps)
-    steps = torch.tensor(max(steps, 1))
+    steps = torch.tensor(max(steps, 1), device=device)
     if world > 1:  # every process must plan the same number
         dist.broadcast(steps, 0)
     return int(steps)
@@ -294,6 +331,20 @@ class _StopFlag:
 # ---- checkpoints -------------------------------------------------------------------------------
 
 
+def latest_checkpoint(out: str) -> str | None:
+    """The newest complete checkpoint of the run in `out`, or None."""
+    found = _list_checkpoints(os.path.join(out, "checkpoints"))
+    return found[-1] if found else None
+
+
+def _remove_leftovers(directory: str) -> None:
+    """Temporary directories of checkpoint writes that a kill interrupted."""
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            if ".tmp-" in name or ".old-" in name:
+                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
 def _list_checkpoints(directory: str) -> list[str]:
     if not os.path.isdir(directory):
         return []
@@ -302,7 +353,7 @@ def _list_checkpoints(directory: str) -> list[str]:
     return [os.path.join(directory, name) for _, name in sorted(found)]
 
 
-def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep) -> None:
+def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window) -> None:
     if rank == 0:
         tensors, config = to_hf(model)
         with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
@@ -310,6 +361,7 @@ def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed,
             state = {
                 "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
                 "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "window": window,
             }
             torch.save(state, os.path.join(tmp, STATE_FILE))
         for old in _list_checkpoints(directory)[:-keep]:
@@ -335,7 +387,8 @@ def _restore(model, optimizer, directory: str, device):
         raise BertforgeError(f"{os.path.join(latest, STATE_FILE)}: cannot be read ({e})") from None
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"].cpu())
-    return state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"]
+    window = state.get("window") or (None, 0)
+    return state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"], window
 
 
 # ---- logs ----------------------------------------------------------------------------------------------
@@ -351,8 +404,14 @@ def _truncate_metrics(path: str, step: int) -> None:
     """On resume, drop records written after the checkpoint: they will be written again."""
     if not os.path.exists(path):
         return
+    kept = []
     with open(path, encoding="utf-8") as f:
-        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+        for line in f:
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                pass  # a line cut short by a crash
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(kept)
 
@@ -394,7 +453,8 @@ def distributed_setup():
     """(rank, world size, device). Under torchrun, joins the process group: NCCL on GPUs, gloo on CPU."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        # Generous: the other processes wait while rank 0 learns a vocabulary and builds shards.
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(hours=4))
     rank = dist.get_rank() if world > 1 else 0
     if torch.cuda.is_available():
         local = int(os.environ.get("LOCAL_RANK", "0"))
