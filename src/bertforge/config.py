@@ -20,8 +20,7 @@ _HF_BOOKKEEPING = {
     "_name_or_path", "transformers_version", "gradient_checkpointing", "use_cache",
     "torch_dtype", "dtype", "output_attentions", "output_hidden_states", "return_dict",
     "is_decoder", "add_cross_attention", "tie_word_embeddings", "chunk_size_feed_forward",
-    "classifier_dropout", "id2label", "label2id", "problem_type", "bos_token_id",
-    "eos_token_id", "sep_token_id", "finetuning_task", "tokenizer_class", "task_specific_params",
+    "bos_token_id", "eos_token_id", "sep_token_id", "tokenizer_class", "task_specific_params",
 }
 
 
@@ -48,6 +47,14 @@ class BertConfig:
     pad_token_id: int = 0
     model_type: str = "bert"
     architectures: list[str] = field(default_factory=lambda: ["BertModel"])
+    # Fine-tuned models: HF's own keys for the head, so `AutoModelFor...` rebuilds it ...
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None  # "single_label_classification" or "regression"
+    classifier_dropout: float | None = None  # None: hidden_dropout_prob, as HF
+    finetuning_task: str | None = None  # e.g. "sst2", "ner", "qa"
+    # ... and ours: how the task reads its input (columns, label scheme, lengths), for `predict`.
+    bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -70,13 +77,29 @@ class BertConfig:
         _check(isinstance(self.architectures, list)
                and all(isinstance(a, str) for a in self.architectures),
                "architectures", "a list of class names", self.architectures)
+        if self.id2label is not None:
+            # JSON object keys are strings: "0" -> 0.
+            _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),
+                   "id2label", "a mapping from label ids to names", self.id2label)
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            _check(sorted(self.id2label) == list(range(len(self.id2label))), "id2label",
+                   "ids 0..n-1", sorted(self.id2label))
+            self.label2id = {v: k for k, v in self.id2label.items()}
+        if self.classifier_dropout is not None:
+            _check(_is_number(self.classifier_dropout) and 0 <= self.classifier_dropout < 1,
+                   "classifier_dropout", "a probability in [0, 1)", self.classifier_dropout)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
 
     @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as HF writes it; optional task fields appear only when set."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "config") -> "BertConfig":

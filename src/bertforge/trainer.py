@@ -55,6 +55,8 @@ class TrainOptions:
     keep: int = 2
     seed: int = 0
     progress: bool = True
+    select: str | None = None  # a metric of the evaluator to keep the best model by (higher is better)
+    patience: int | None = None  # evaluations without improvement before stopping early
 
     def __post_init__(self):
         checks = [
@@ -65,6 +67,7 @@ class TrainOptions:
             (self.log_every >= 1, "log_every must be at least 1"), (self.keep >= 1, "keep must be at least 1"),
             (self.eval_every >= 0 and self.save_every >= 0, "eval_every and save_every must be 0 (off) or more"),
             (self.eval_batches >= 1, "eval_batches must be at least 1"),
+            (self.patience is None or self.patience >= 1, "patience must be at least 1"),
             (self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}"),
             (self.precision in ("auto", "bf16", "fp32"), "precision must be auto, bf16 or fp32"),
         ]
@@ -78,11 +81,18 @@ class TrainingStopped(BertforgeError):
 
 
 def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, run_config: dict | None = None,
-          resume: bool = False) -> dict:
-    """Train `model` (an objective) on `data` (a `PretrainingData`). Returns a summary dict.
+          resume: bool = False, evaluator=None) -> dict:
+    """Train `model` (an objective) on `data`. Returns a summary dict.
+
+    `data.batches(position)` yields (next position, micro-batches) per step. Evaluation is
+    `evaluator(model) -> metrics` when given (fine-tuning: the task's metric on a dev set), else
+    loss and accuracy on `data.eval_batches()`. With `options.select`, `model/` holds the best model
+    by that metric, and `options.patience` stops after that many evaluations without improvement.
+    Optimizer groups may carry `lr_scale` (layer-wise rates) and `unfreeze_at` (the step from which
+    they train), both applied here, so the schedule stays a pure function of the step.
 
     Writes under `options.out`: `checkpoints/step-N/` (HF files + trainer state), `model/` (the
-    final HF model), `metrics.jsonl`, `run_config.json` and `loss.png` (with matplotlib).
+    final, or best, HF model), `metrics.jsonl`, `run_config.json` and `loss.png` (with matplotlib).
     """
     o = options
     if not o.steps and not o.max_minutes:
@@ -92,10 +102,12 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     torch.manual_seed(o.seed)
     model.to(device)
     step, position, elapsed, total_steps, window = 0, Position(), 0.0, o.steps, None
+    best = {"score": None, "step": None, "stale": 0}
     optimizer = make_optimizer(model, o.lr, o.weight_decay, o.betas, o.eps)
     checkpoints = os.path.join(o.out, "checkpoints")
     if resume:
-        step, position, elapsed, total_steps, window = _restore(model, optimizer, checkpoints, device)
+        step, position, elapsed, total_steps, window, saved_best = _restore(model, optimizer, checkpoints, device)
+        best.update(saved_best or {})
         _log(rank == 0, f"resuming from step {step} (epoch {position.epoch}, instance {position.index})")
         if o.steps and o.steps != total_steps:
             _log(rank == 0, f"the run planned {total_steps} steps; now {o.steps} (the schedule stretches to fit)")
@@ -118,11 +130,39 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         _log(rank == 0, f"time budget of {o.max_minutes} min: planning {total_steps} steps")
     warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
 
+    last_eval = {}
+
+    def run_eval() -> dict:
+        if evaluator is None:
+            metrics = evaluate(net, data, o.eval_batches, autocast, device)
+        else:
+            model.eval()
+            with torch.no_grad(), autocast:
+                metrics = evaluator(model)
+            model.train()
+        last_eval["metrics"] = metrics
+        return metrics
+
+    def judge(metrics: dict, at_step: int) -> bool:
+        """Log an evaluation; with `select`, keep the model if it is the best so far."""
+        _append(rank, o.out, {"step": at_step, "eval": metrics})
+        if not o.select:
+            return False
+        if o.select not in metrics:
+            raise BertforgeError(f"cannot select by {o.select!r}: the evaluation gives {', '.join(metrics)}")
+        if best["score"] is not None and metrics[o.select] <= best["score"]:
+            best["stale"] += 1
+            return False
+        best.update(score=metrics[o.select], step=at_step, stale=0)
+        if rank == 0:
+            _write_model(model, tokenizer, os.path.join(o.out, "model"))
+        return True
+
     stop = _StopFlag()
     from tqdm import tqdm
 
     bar = tqdm(total=total_steps, initial=step, disable=not (o.progress and rank == 0), file=sys.stderr,
-               dynamic_ncols=True, desc="pretraining", mininterval=1 if sys.stderr.isatty() else 30)
+               dynamic_ncols=True, desc="training", mininterval=1 if sys.stderr.isatty() else 30)
     start, window_start = time.perf_counter() - elapsed, time.perf_counter()
     # The metrics window (sums since the last record) is part of the state, so that records after a
     # resume average the same steps as in an uninterrupted run.
@@ -144,7 +184,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             totals = _all_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, device)
             lr = lr_at(step, total_steps, warmup, o.lr, o.schedule)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0) if step >= group.get("unfreeze_at", 0) else 0.0
             step_sums = {}
             for i, batch in enumerate(micro):
                 sync = contextlib.nullcontext() if world == 1 or i == len(micro) - 1 else net.no_sync()
@@ -156,6 +196,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                 loss.backward()
                 for k in losses:
                     step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
+                for k in correct:
                     step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
             step_sums = _all_sum(step_sums, device)
             step_loss = sum(step_sums[f"{k}_loss"] / totals[k] for k in totals)
@@ -190,25 +231,29 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                 sums, window_tokens, window_start = None, 0, now
             paused = time.perf_counter()
             if o.eval_every and step % o.eval_every == 0:
-                _append(rank, o.out, {"step": step, "eval": evaluate(net, data, o.eval_batches, autocast, device)})
-            if o.save_every and step % o.save_every == 0:
+                improved = judge(run_eval(), step)
+                if o.patience and not improved and best["stale"] >= o.patience:
+                    status = f"stopped early: no better {o.select} in {o.patience} evaluations"
+            if o.save_every and step % o.save_every == 0 or status.startswith("stopped"):
                 _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-                      total_steps, o.keep, (sums, window_tokens))
+                      total_steps, o.keep, (sums, window_tokens), best)
                 last_saved = step
+            if status.startswith("stopped"):
+                break
             window_start += time.perf_counter() - paused  # tokens/s measures training, not evaluation
     bar.close()
     result = {"status": status, "step": step, "elapsed_s": round(time.perf_counter() - start, 1)}
+    if status != "interrupted" and not (o.eval_every and step % o.eval_every == 0):
+        judge(run_eval(), step)
+    result["eval"] = last_eval.get("metrics")
     if step != last_saved:
         _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-              total_steps, o.keep, (sums, window_tokens))
-    if status != "interrupted":
-        if not (o.eval_every and step % o.eval_every == 0):
-            _append(rank, o.out, {"step": step, "eval": evaluate(net, data, o.eval_batches, autocast, device)})
-        if rank == 0:
-            tensors, config = to_hf(model)
-            with atomic_directory(os.path.join(o.out, "model")) as tmp:
-                write_pretrained(tmp, tensors, config, tokenizer)
-            plot_metrics(o.out)
+              total_steps, o.keep, (sums, window_tokens), best)
+    if status != "interrupted" and rank == 0:
+        if not o.select:
+            _write_model(model, tokenizer, os.path.join(o.out, "model"))
+        plot_metrics(o.out)
+    result["best"] = best if o.select else None
     if world > 1:
         dist.barrier()
     return result
@@ -224,8 +269,9 @@ def evaluate(net, data, max_batches: int, autocast, device) -> dict:
             losses, correct = net(_to(batch, device))
             for k in losses:
                 sums[f"{k}_loss"] = sums.get(f"{k}_loss", 0.0) + losses[k].float()
-                sums[f"{k}_correct"] = sums.get(f"{k}_correct", 0.0) + correct[k].float()
                 totals[k] = totals.get(k, 0) + batch["counts"][k]
+            for k in correct:
+                sums[f"{k}_correct"] = sums.get(f"{k}_correct", 0.0) + correct[k].float()
     net.train(was_training)
     if not totals:
         return {}
@@ -247,7 +293,8 @@ def _averages(acc) -> dict:
     out = {}
     for k, n in totals.items():
         out[f"{k}_loss"] = round(float(sums[f"{k}_loss"]) / max(n, 1), 5)
-        out[f"{k}_accuracy"] = round(float(sums[f"{k}_correct"]) / max(n, 1), 5)
+        if f"{k}_correct" in sums:
+            out[f"{k}_accuracy"] = round(float(sums[f"{k}_correct"]) / max(n, 1), 5)
     out["loss"] = round(sum(out[f"{k}_loss"] for k in totals), 5)
     return out
 
@@ -353,7 +400,14 @@ def _list_checkpoints(directory: str) -> list[str]:
     return [os.path.join(directory, name) for _, name in sorted(found)]
 
 
-def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window) -> None:
+def _write_model(model, tokenizer, directory: str) -> None:
+    tensors, config = to_hf(model)
+    with atomic_directory(directory) as tmp:
+        write_pretrained(tmp, tensors, config, tokenizer)
+
+
+def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window,
+          best) -> None:
     if rank == 0:
         tensors, config = to_hf(model)
         with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
@@ -361,7 +415,7 @@ def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed,
             state = {
                 "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
                 "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                "window": window,
+                "window": window, "best": best,
             }
             torch.save(state, os.path.join(tmp, STATE_FILE))
         for old in _list_checkpoints(directory)[:-keep]:
@@ -388,7 +442,8 @@ def _restore(model, optimizer, directory: str, device):
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"].cpu())
     window = state.get("window") or (None, 0)
-    return state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"], window
+    return (state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"], window,
+            state.get("best"))
 
 
 # ---- logs ----------------------------------------------------------------------------------------------
