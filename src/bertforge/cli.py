@@ -6,6 +6,7 @@ Each entry parses its flags and calls one function; everything it does can be do
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from .config import PRESETS
@@ -67,6 +68,47 @@ def cmd_fill_mask(args) -> None:
     fill = FillMask(args.model)
     for number, candidates in enumerate(fill(args.text, args.top_k), start=1):
         print(f"[MASK] {number}: " + "  ".join(f"{token} ({p:.3g})" for token, p in candidates))
+
+
+def cmd_finetune(args) -> None:
+    from .finetune import finetune
+    from .tasks import make_task
+    from .trainer import TrainOptions
+
+    task = make_task(args.task, text_column=_column(args.text_column), pair_column=_column(args.pair_column),
+                     label_column=_column(args.label_column), max_seq_length=args.max_seq_length,
+                     header=False if args.no_header else None)
+    options = TrainOptions(
+        out=args.out, steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
+        weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
+        log_every=args.log_every, keep=1, seed=args.seed, progress=not args.quiet, patience=args.patience,
+        layer_decay=args.layer_lr_decay, unfreeze_every=args.unfreeze_every,
+    )
+    result = finetune(task, args.train, args.dev, args.model, args.out, epochs=args.epochs,
+                      batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
+                      eval_every=args.eval_every, options=options, resume=args.resume)
+    best = result["best"]
+    print(f"{result['status']} at step {result['step']}; best {options.select} {best['score']} at step "
+          f"{best['step']}; model in {args.out}/model")
+
+
+def cmd_evaluate(args) -> None:
+    from .finetune import evaluate
+
+    print(json.dumps(evaluate(args.model, args.data, args.batch_size)))
+
+
+def cmd_predict(args) -> None:
+    from .finetune import predict
+
+    n = predict(args.model, args.input, args.output, args.batch_size)
+    if args.output:
+        print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
+
+
+def _column(value):
+    """Column names from the command line; a number means a position (files without a header)."""
+    return int(value) if value is not None and value.isdigit() else value
 
 
 def cmd_demo(args) -> None:
@@ -144,6 +186,58 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--keep", type=int, default=2, help="checkpoints kept")
     log.add_argument("--quiet", action="store_true", help="no progress bars")
     pre.set_defaults(func=cmd_pretrain)
+
+    fine = commands.add_parser("finetune", help="fine-tune a pretrained BERT for a task",
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    fine.add_argument("--task", required=True,
+                      help="a GLUE task (sst2, mrpc, rte, cola, qqp, mnli, qnli, stsb, wnli) or a family "
+                           "(classification, regression)")
+    fine.add_argument("--train", required=True, help="training file (.tsv, .csv, .jsonl)")
+    fine.add_argument("--dev", required=True, help="dev file, evaluated every epoch")
+    fine.add_argument("--model", required=True, help="a pretrained BERT (any HF BERT directory)")
+    fine.add_argument("--out", required=True, help="run directory; the best model goes to OUT/model")
+    fine.add_argument("--text-column", help="column of the text (name, or position without a header)")
+    fine.add_argument("--pair-column", help="column of the second text, for sentence pairs")
+    fine.add_argument("--label-column", help="column of the label")
+    fine.add_argument("--no-header", action="store_true", help="the files have no header line")
+    fine.add_argument("--max-seq-length", type=int, default=128, help="tokens per example, longer ones are cut")
+    fine.add_argument("--epochs", type=float, default=3.0, help="passes over the training data")
+    fine.add_argument("--steps", type=int, help="optimizer steps (instead of --epochs)")
+    fine.add_argument("--batch-size", type=int, default=32, help="examples per optimizer step")
+    fine.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (of the top layer)")
+    fine.add_argument("--warmup", type=float, default=0.1, help="warm-up: a fraction of the steps (<1) or steps")
+    fine.add_argument("--schedule", choices=["linear", "one-cycle", "constant", "slanted"], default="linear",
+                      help="slanted: ULMFiT's slanted triangular rates")
+    fine.add_argument("--layer-lr-decay", type=float, default=1.0,
+                      help="learning-rate factor per layer going down (0.95: layer-wise decay; "
+                           "0.385 = 1/2.6: ULMFiT's discriminative rates)")
+    fine.add_argument("--unfreeze-every", type=int,
+                      help="gradual unfreezing: thaw one more layer (top down) every this many steps")
+    fine.add_argument("--classifier-dropout", type=float, help="dropout before the head (default: the model's)")
+    fine.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
+    fine.add_argument("--accum", type=int, default=1, help="micro-batches per step")
+    fine.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
+    fine.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto", help="bf16 autocast or not")
+    fine.add_argument("--eval-every", type=int, help="steps between dev evaluations (default: every epoch)")
+    fine.add_argument("--patience", type=int, help="stop after this many evaluations without improvement")
+    fine.add_argument("--log-every", type=int, default=50, help="steps between metric records")
+    fine.add_argument("--seed", type=int, default=42, help="seed for the head, shuffling and dropout")
+    fine.add_argument("--resume", action="store_true", help="continue the run in --out")
+    fine.add_argument("--quiet", action="store_true", help="no progress bars")
+    fine.set_defaults(func=cmd_finetune)
+
+    ev = commands.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
+    ev.add_argument("--model", required=True, help="a model written by `bertforge finetune`")
+    ev.add_argument("--data", required=True, help="a labelled file in the task's layout")
+    ev.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    ev.set_defaults(func=cmd_evaluate)
+
+    pr = commands.add_parser("predict", help="predict with a fine-tuned model (the task is read from its config)")
+    pr.add_argument("--model", required=True, help="a model written by `bertforge finetune`")
+    pr.add_argument("--input", help="a file in the task's layout (default: standard input, one text per line)")
+    pr.add_argument("--output", help="JSONL output file (default: standard output)")
+    pr.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    pr.set_defaults(func=cmd_predict)
 
     fill = commands.add_parser("fill-mask", help="predict the tokens hidden by [MASK]")
     fill.add_argument("model", help="a checkpoint with a masked-LM head")

@@ -38,3 +38,16 @@ class NSPHead(nn.Module):
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.dense(pooled)  # (B, 2)
+
+
+class ClassifierHead(nn.Module):
+    """Dropout then a linear layer: sentence classes from the pooled [CLS] vector, tags from each
+    token's vector, or one score per choice (multiple choice, `num_labels=1`)."""
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.dense = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.dense(self.dropout(hidden))  # (..., num_labels)

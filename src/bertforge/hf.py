@@ -63,6 +63,10 @@ HEAD_KEYS = {
         ("dense.weight", "cls.seq_relationship.weight"),
         ("dense.bias", "cls.seq_relationship.bias"),
     ],
+    # BertForSequenceClassification, BertForTokenClassification, BertForMultipleChoice
+    "classifier": [("dense.weight", "classifier.weight"), ("dense.bias", "classifier.bias")],
+    # BertForQuestionAnswering: start and end logits
+    "qa": [("dense.weight", "qa_outputs.weight"), ("dense.bias", "qa_outputs.bias")],
 }
 # HF prefixes of heads we know but a given model may not use (so they are skipped, not errors).
 KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
@@ -200,6 +204,7 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     _check_tokenizer(directory, config)
     state, used = encoder_from_hf(tensors, config.num_hidden_layers)
     allowed_missing = {"pooler.dense.weight", "pooler.dense.bias"}
+    fresh = set()  # new task heads: expected to be missing, so no warning
     if not isinstance(model, Bert):
         state = {"bert." + k: v for k, v in state.items()}
         allowed_missing = {"bert." + k for k in allowed_missing}
@@ -211,13 +216,14 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
                     state[f"{name}.{ours}"] = tensors[theirs]
                     used.add(theirs)
                 elif new_heads:
-                    allowed_missing.add(f"{name}.{ours}")
+                    fresh.add(f"{name}.{ours}")
     unexpected = [k for k in tensors if k not in used and not k.startswith(KNOWN_HEAD_PREFIXES)]
-    load_state(model, state, source, unexpected, allowed_missing)
+    load_state(model, state, source, unexpected, allowed_missing | fresh, quiet=fresh)
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
-               unexpected: list[str] = (), allowed_missing: set[str] = frozenset()) -> None:
+               unexpected: list[str] = (), allowed_missing: set[str] = frozenset(),
+               quiet: set[str] = frozenset()) -> None:
     """Copy `state` into `module`, failing with every missing, unexpected and mis-shaped key named."""
     expected = module.state_dict()
     problems = []
@@ -232,7 +238,7 @@ def load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
         problems.append(f"wrong shapes: {_names(shapes)}")
     if problems:
         raise BertforgeError(f"{source}: " + "; ".join(problems))
-    skipped = [k for k in expected if k not in state]
+    skipped = [k for k in expected if k not in state and k not in quiet]
     if skipped:
         warnings.warn(f"{source}: no weights for {', '.join(skipped)}; they keep their fresh initialisation",
                       stacklevel=3)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-SCHEDULES = ("linear", "one-cycle", "constant")
+SCHEDULES = ("linear", "one-cycle", "constant", "slanted")
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -26,9 +26,11 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.01, betas=(0.9, 0.999),
-                   eps: float = 1e-6) -> torch.optim.AdamW:
-    """AdamW with BERT's settings (eps 1e-6 as in the original), multi-tensor ("foreach") updates."""
-    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, foreach=True)
+                   eps: float = 1e-6, groups: list[dict] | None = None) -> torch.optim.AdamW:
+    """AdamW with BERT's settings (eps 1e-6 as in the original), multi-tensor ("foreach") updates.
+    `groups` (e.g. from `layer_groups`) replace the default decay / no-decay split."""
+    return torch.optim.AdamW(groups or parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps,
+                             foreach=True)
 
 
 def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "linear") -> float:
@@ -37,7 +39,14 @@ def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "line
     linear: 0 -> peak over `warmup` steps, then linearly down to 0 at `total` (BERT).
     one-cycle: the same warm-up, then a cosine down to 0 (Smith's one-cycle policy, annealing half).
     constant: warm-up, then the peak.
+    slanted: ULMFiT's slanted triangular rates (Howard & Ruder, 2018): a short linear rise over
+    `warmup` steps from peak/32, then a long linear fall back to peak/32.
     """
+    if schedule == "slanted":
+        ratio = 32
+        cut = max(warmup, 1)
+        p = step / cut if step < cut else 1 - (step - cut) / max(1, total - cut)
+        return peak * (1 + max(p, 0.0) * (ratio - 1)) / ratio
     if step < warmup:
         return peak * (step + 1) / warmup
     if schedule == "constant":
@@ -48,3 +57,36 @@ def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "line
     if schedule == "one-cycle":
         return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+
+
+def layer_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0,
+                 unfreeze_every: int | None = None) -> list[dict]:
+    """Parameter groups by depth for fine-tuning a model with an encoder at `.bert`.
+
+    Depth 0 is the embeddings, 1..L the layers, L+1 the pooler and the task head. Each group's
+    learning rate is scaled by `layer_decay ** (L + 1 - depth)`: 0.9-0.95 is the usual layer-wise
+    decay, 1/2.6 ULMFiT's discriminative fine-tuning. With `unfreeze_every`, the groups start
+    frozen and thaw top down, one depth every that many steps (ULMFiT's gradual unfreezing).
+    The trainer applies `lr_scale` and `unfreeze_at` to each group at every step.
+    """
+    encoder = model.bert
+    top = len(encoder.layers) + 1
+    depth_of = {}
+    for p in encoder.embeddings.parameters():
+        depth_of[p] = 0
+    for i, layer in enumerate(encoder.layers):
+        for p in layer.parameters():
+            depth_of[p] = i + 1
+    groups = {}
+    for group in parameter_groups(model, weight_decay):
+        for p in group["params"]:
+            depth = depth_of.get(p, top)  # pooler and heads
+            key = (depth, group["weight_decay"])
+            if key not in groups:
+                groups[key] = {
+                    "params": [], "weight_decay": group["weight_decay"], "depth": depth,
+                    "lr_scale": layer_decay ** (top - depth),
+                    "unfreeze_at": (top - depth) * unfreeze_every if unfreeze_every else 0,
+                }
+            groups[key]["params"].append(p)
+    return [groups[k] for k in sorted(groups)]

@@ -28,7 +28,7 @@ from .atomic import atomic_directory
 from .batches import Position
 from .errors import BertforgeError
 from .hf import check_vocab_fits, load_into, read_config, to_hf, write_pretrained
-from .optim import SCHEDULES, lr_at, make_optimizer
+from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT = re.compile(r"^step-(\d+)$")
@@ -55,6 +55,8 @@ class TrainOptions:
     keep: int = 2
     seed: int = 0
     progress: bool = True
+    layer_decay: float = 1.0  # learning-rate factor per layer going down (see optim.layer_groups)
+    unfreeze_every: int | None = None  # gradual unfreezing: steps between thawing one more depth
     select: str | None = None  # a metric of the evaluator to keep the best model by (higher is better)
     patience: int | None = None  # evaluations without improvement before stopping early
 
@@ -68,6 +70,8 @@ class TrainOptions:
             (self.eval_every >= 0 and self.save_every >= 0, "eval_every and save_every must be 0 (off) or more"),
             (self.eval_batches >= 1, "eval_batches must be at least 1"),
             (self.patience is None or self.patience >= 1, "patience must be at least 1"),
+            (0 < self.layer_decay <= 1, "layer_decay must be in (0, 1]"),
+            (self.unfreeze_every is None or self.unfreeze_every >= 1, "unfreeze_every must be at least 1"),
             (self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}"),
             (self.precision in ("auto", "bf16", "fp32"), "precision must be auto, bf16 or fp32"),
         ]
@@ -103,7 +107,9 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     model.to(device)
     step, position, elapsed, total_steps, window = 0, Position(), 0.0, o.steps, None
     best = {"score": None, "step": None, "stale": 0}
-    optimizer = make_optimizer(model, o.lr, o.weight_decay, o.betas, o.eps)
+    groups = (layer_groups(model, o.weight_decay, o.layer_decay, o.unfreeze_every)
+              if o.layer_decay != 1.0 or o.unfreeze_every else None)
+    optimizer = make_optimizer(model, o.lr, o.weight_decay, o.betas, o.eps, groups)
     checkpoints = os.path.join(o.out, "checkpoints")
     if resume:
         step, position, elapsed, total_steps, window, saved_best = _restore(model, optimizer, checkpoints, device)
@@ -491,11 +497,17 @@ def plot_metrics(out: str) -> str | None:
     held = [r for r in records if r.get("eval")]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="training loss")
-    if held:
+    if held and "loss" in held[0]["eval"]:
         ax.plot([r["step"] for r in held], [r["eval"]["loss"] for r in held], "o-", label="held-out loss")
+    elif held:  # fine-tuning: the task's dev metrics, on their own axis
+        metrics_axis = ax.twinx()
+        for name in held[0]["eval"]:
+            metrics_axis.plot([r["step"] for r in held], [r["eval"][name] for r in held], "o--", label=f"dev {name}")
+        metrics_axis.set_ylabel("dev metric")
+        metrics_axis.legend(loc="center right")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.legend()
+    ax.legend(loc="upper right")
     ax.grid(alpha=0.3)
     path = os.path.join(out, "loss.png")
     fig.tight_layout()

@@ -1,0 +1,115 @@
+"""The fine-tuning recipe: a pretrained encoder, a small task head, the one training loop; and
+`evaluate` / `predict` with a fine-tuned model."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+from .errors import BertforgeError
+from .hf import load_into, load_pretrained, read_config
+from .tasks import task_from_config
+from .tasks.common import FinetuneData
+from .tokenizer import Tokenizer
+from .trainer import TrainOptions, distributed_setup, train
+
+
+def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
+             classifier_dropout: float | None = None, eval_every: int | None = None,
+             options: TrainOptions | None = None, resume: bool = False) -> dict:
+    """Fine-tune the encoder in `model` (any HF BERT directory) for `task` (see `tasks.make_task`).
+
+    Evaluates on `dev_file` every epoch (or `eval_every` steps) and keeps the best model by the
+    task's first metric in `out/model`. Returns the trainer's summary with the best dev scores.
+    """
+    options = options or TrainOptions(out=out, lr=2e-5, warmup=0.1)
+    options.out = out
+    rank, world, _ = distributed_setup()
+    tokenizer = Tokenizer.from_pretrained(model)
+    train_examples = task.read(train_file)
+    names = task.label_names(train_examples)
+    dev_examples = task.read(dev_file)
+    task.check_labels(dev_examples, names)
+    train_features, cut = task.featurize(train_examples, tokenizer, names)
+    dev_features, dev_cut = task.featurize(dev_examples, tokenizer, names)
+    for name, n, total in (("training", cut, len(train_features)), ("dev", dev_cut, len(dev_features))):
+        if n and rank == 0:
+            print(f"{name}: {n} of {total} examples are longer than {task.max_seq_length} tokens and were "
+                  "truncated (raise --max-seq-length to keep more)", file=sys.stderr)
+
+    config = task.configure(read_config(model), names, classifier_dropout)
+    torch.manual_seed(options.seed)
+    net = task.build_model(config)
+    load_into(net, model, new_heads=True)  # the encoder (and a head of the same shape, if there is one)
+    pad_id = tokenizer.pad_id
+    data = FinetuneData(train_features, lambda f: task.collate(f, pad_id), batch_size, options.seed, rank, world,
+                        options.accum, task.length)
+    per_epoch = data.steps_per_epoch
+    options.steps = options.steps or max(1, round(epochs * per_epoch))
+    options.eval_every = eval_every or per_epoch
+    options.save_every = options.save_every or per_epoch
+    options.select = options.select or task.metrics[0]
+
+    def evaluator(m):
+        return task.score(task.predict(m, dev_features), dev_features)
+
+    run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train_file),
+                  "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
+                  "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
+                  "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}}
+    return train(net, data, options, tokenizer, run_config, resume, evaluator)
+
+
+def load_finetuned(directory: str, device: str | torch.device = "cpu"):
+    """A fine-tuned model, its task and tokenizer, as saved by `finetune`."""
+    config = read_config(directory)
+    task = task_from_config(config, os.path.join(directory, "config.json"))
+    model = load_pretrained(directory, cls=type(task.build_model(config)), device=device).eval()
+    return model, task, Tokenizer.from_pretrained(directory)
+
+
+def evaluate(directory: str, data_file: str, batch_size: int = 64) -> dict:
+    """The task's metrics for a fine-tuned model on a labelled file."""
+    model, task, tokenizer = load_finetuned(directory)
+    names = [model.bert.config.id2label[i] for i in range(len(model.bert.config.id2label))] \
+        if not task.regression else None
+    examples = task.read(data_file)
+    task.check_labels(examples, names)
+    features, cut = task.featurize(examples, tokenizer, names)
+    with torch.no_grad():
+        scores = task.score(task.predict(model, features, batch_size), features)
+    return {**scores, "examples": len(features), "truncated": cut}
+
+
+def predict(directory: str, input_file: str | None, output_file: str | None, batch_size: int = 64) -> int:
+    """Predictions for every example of `input_file` (standard input when None), one JSON object
+    per line to `output_file` (standard output when None). Returns the number of examples."""
+    model, task, tokenizer = load_finetuned(directory)
+    config = model.bert.config
+    names = [config.id2label[i] for i in range(len(config.id2label))] if not task.regression else None
+    if input_file is None:
+        examples = [{"text": line.rstrip("\n"), "pair": None, "where": f"<stdin>, line {i}"}
+                    for i, line in enumerate(sys.stdin, start=1) if line.strip()]
+        if task.pair_column is not None:
+            raise BertforgeError("this model reads sentence pairs: give --input with both columns")
+    else:
+        examples = task.read(input_file, with_labels=False)
+    if not examples:
+        raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
+    features, cut = task.featurize(examples, tokenizer, names)
+    if cut:
+        print(f"{cut} of {len(features)} examples were truncated to {task.max_seq_length} tokens", file=sys.stderr)
+    with torch.no_grad():
+        outputs = task.outputs(task.predict(model, features, batch_size), names)
+    stream = open(output_file, "w", encoding="utf-8") if output_file else sys.stdout
+    try:
+        for example, output in zip(examples, outputs):
+            record = {"text": example["text"], **({"pair": example["pair"]} if example.get("pair") else {}), **output}
+            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+    finally:
+        if output_file:
+            stream.close()
+    return len(examples)

@@ -1,0 +1,224 @@
+"""Sentence and sentence-pair classification and regression over [CLS] (GLUE and any table).
+
+Reads TSV / CSV / JSONL with chosen text, pair and label columns, or a named GLUE task with its
+own column layout, labels and metrics. Saved as HF `BertForSequenceClassification` with the label
+names in `config.json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import BertConfig
+from ..errors import BertforgeError
+from ..heads import ClassifierHead
+from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
+from ..model import Bert, init_weights
+from .common import device_of, field as column_of, in_length_order, pad, read_records, to_device
+
+
+@dataclass
+class ClassificationTask:
+    """How to read a classification or regression dataset and score predictions on it."""
+
+    name: str = "classification"
+    text_column: str | int = "text"
+    pair_column: str | int | None = None
+    label_column: str | int = "label"
+    labels: list[str] | None = None  # fixed label set (GLUE); else learned from the training file
+    regression: bool = False
+    metrics: list[str] = field(default_factory=lambda: ["accuracy"])
+    header: bool = True
+    max_seq_length: int = 128
+    family: str = "classification"
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def read(self, path: str, with_labels: bool = True) -> list[dict]:
+        """Examples {text, pair, label, where} from a file; `where` is "file, line N"."""
+        examples = []
+        for number, record in read_records(path, self.header):
+            text = column_of(path, number, record, self.text_column)
+            pair = None if self.pair_column is None else column_of(path, number, record, self.pair_column)
+            if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
+                raise BertforgeError(f"{path}, line {number}: the text is not a string")
+            example = {"text": text, "pair": pair, "where": f"{path}, line {number}"}
+            if with_labels:
+                label = column_of(path, number, record, self.label_column)
+                if self.regression:
+                    try:
+                        label = float(label)
+                    except (TypeError, ValueError):
+                        raise BertforgeError(f"{path}, line {number}: label {label!r} is not a number") from None
+                else:
+                    label = str(label)
+                example["label"] = label
+            examples.append(example)
+        return examples
+
+    def label_names(self, train: list[dict]) -> list[str] | None:
+        """The classes, in a stable order: the task's own, else sorted (numerically if all numbers)."""
+        if self.regression:
+            return None
+        if self.labels:
+            names = list(self.labels)
+        else:
+            seen = {e["label"] for e in train}
+            names = sorted(seen, key=lambda x: (0, int(x)) if x.lstrip("-").isdigit() else (1, x))
+        known = set(names)
+        for e in train:
+            if e["label"] not in known:
+                raise BertforgeError(f"{e['where']}: label {e['label']!r} is not one of {', '.join(names)}")
+        return names
+
+    def check_labels(self, examples: list[dict], names: list[str] | None) -> None:
+        """Dev or test labels must be among the training labels: a model cannot predict a new one."""
+        if names is None:
+            return
+        known = set(names)
+        for e in examples:
+            if e.get("label") is not None and e["label"] not in known:
+                raise BertforgeError(f"{e['where']}: label {e['label']!r} never occurs in the training data "
+                                     f"(known: {', '.join(names)})")
+
+    # ---- features -----------------------------------------------------------------------------
+
+    def featurize(self, examples: list[dict], tokenizer, names: list[str] | None) -> tuple[list[dict], int]:
+        """Token ids for each example; returns the features and how many were truncated."""
+        texts = [e["text"] for e in examples]
+        pairs = [e["pair"] or "" for e in examples] if self.pair_column is not None else None
+        encodings = tokenizer.encode_batch(texts, pairs, max_length=self.max_seq_length)
+        index = {n: i for i, n in enumerate(names or [])}
+        features = []
+        for e, enc in zip(examples, encodings):
+            f = {"ids": enc.ids, "types": enc.token_type_ids}
+            if "label" in e:
+                f["label"] = e["label"] if self.regression else index[e["label"]]
+            features.append(f)
+        return features, sum(enc.truncated for enc in encodings)
+
+    @property
+    def term(self) -> str:
+        """The loss term's name: what the trainer logs as `<term>_loss` (and `<term>_accuracy`)."""
+        return "mse" if self.regression else "cls"
+
+    @staticmethod
+    def length(feature: dict) -> int:
+        return len(feature["ids"])
+
+    def collate(self, features: list[dict], pad_id: int = 0) -> dict:
+        ids = pad([f["ids"] for f in features], pad_id)
+        batch = {"input_ids": ids, "token_type_ids": pad([f["types"] for f in features], 0),
+                 "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
+                 "counts": {self.term: len(features)}, "tokens": sum(len(f["ids"]) for f in features)}
+        if "label" in features[0]:
+            dtype = torch.float if self.regression else torch.long
+            batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
+        return batch
+
+    # ---- model, prediction, scores -----------------------------------------------------------
+
+    def build_model(self, config: BertConfig) -> "SequenceClassifier":
+        return SequenceClassifier(config)
+
+    def configure(self, config: BertConfig, names: list[str] | None, classifier_dropout: float | None) -> BertConfig:
+        """The config of the fine-tuned model: HF's label keys plus how to read inputs."""
+        values = config.to_dict()
+        values.update(
+            id2label={i: n for i, n in enumerate(names)} if names else {0: "score"},
+            problem_type="regression" if self.regression else "single_label_classification",
+            finetuning_task=self.name, bertforge_task=asdict(self),
+        )
+        if classifier_dropout is not None:
+            values["classifier_dropout"] = classifier_dropout
+        values.pop("label2id", None)
+        return BertConfig(**values)
+
+    def predict(self, model, features: list[dict], batch_size: int = 64) -> torch.Tensor:
+        """Logits (N, labels), or scores (N,) for regression, in the order of `features`."""
+        out = [None] * len(features)
+        pad_id = model.bert.config.pad_token_id
+        for rows in in_length_order(features, batch_size, self.length):
+            batch = to_device(self.collate([features[i] for i in rows], pad_id), device_of(model))
+            logits = model.logits(batch).float().cpu()
+            for i, row in zip(rows, logits):
+                out[i] = row
+        return torch.stack(out)
+
+    def score(self, logits: torch.Tensor, features: list[dict]) -> dict:
+        """The task's metrics (in percent) from model outputs and the features' gold labels."""
+        gold = [f["label"] for f in features]
+        if self.regression:
+            predictions = logits.view(-1).tolist()
+        else:
+            predictions = logits.argmax(-1).tolist()
+        functions = {"accuracy": accuracy, "f1": f1_binary, "mcc": matthews_corrcoef,
+                     "pearson": pearson, "spearman": spearman}
+        return {name: round(100 * functions[name](predictions, gold), 3) for name in self.metrics}
+
+    def outputs(self, logits: torch.Tensor, names: list[str] | None) -> list[dict]:
+        """One JSON-ready prediction per example."""
+        if self.regression:
+            return [{"score": float(x)} for x in logits.view(-1)]
+        probabilities = logits.softmax(-1)
+        return [{"label": names[int(p.argmax())], "probability": round(float(p.max()), 5),
+                 "probabilities": {n: round(float(v), 5) for n, v in zip(names, p)}} for p in probabilities]
+
+
+class SequenceClassifier(nn.Module):
+    """Encoder + dropout + linear layer over the pooled [CLS] vector; HF `BertForSequenceClassification`."""
+
+    architecture = "BertForSequenceClassification"
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.bert = Bert(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.regression = config.problem_type == "regression"
+        self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout)
+        self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def logits(self, batch: dict) -> torch.Tensor:
+        out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        logits = self.classifier(out.pooler_output)  # (B, labels)
+        return logits.squeeze(-1) if self.regression else logits
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        logits = self.logits(batch).float()
+        labels = batch["labels"]
+        if self.regression:
+            return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
+        return ({"cls": F.cross_entropy(logits, labels, reduction="sum")},
+                {"cls": (logits.argmax(-1) == labels).sum()})
+
+
+# The GLUE tasks as the GLUE distribution lays them out (Wang et al., 2019), with their metrics;
+# the first metric is the one the best model is chosen by.
+GLUE = {
+    "sst2": dict(text_column="sentence", label_column="label", labels=["0", "1"], metrics=["accuracy"]),
+    "mrpc": dict(text_column="#1 String", pair_column="#2 String", label_column="Quality", labels=["0", "1"],
+                 metrics=["f1", "accuracy"]),
+    "rte": dict(text_column="sentence1", pair_column="sentence2", label_column="label",
+                labels=["entailment", "not_entailment"], metrics=["accuracy"]),
+    "cola": dict(text_column=3, label_column=1, labels=["0", "1"], metrics=["mcc", "accuracy"], header=False),
+    "qqp": dict(text_column="question1", pair_column="question2", label_column="is_duplicate", labels=["0", "1"],
+                metrics=["f1", "accuracy"]),
+    "mnli": dict(text_column="sentence1", pair_column="sentence2", label_column="gold_label",
+                 labels=["contradiction", "entailment", "neutral"], metrics=["accuracy"]),
+    "qnli": dict(text_column="question", pair_column="sentence", label_column="label",
+                 labels=["entailment", "not_entailment"], metrics=["accuracy"]),
+    "stsb": dict(text_column="sentence1", pair_column="sentence2", label_column="score", regression=True,
+                 metrics=["pearson", "spearman"]),
+    "wnli": dict(text_column="sentence1", pair_column="sentence2", label_column="label", labels=["0", "1"],
+                 metrics=["accuracy"]),
+}
+
+
+def glue_task(name: str, max_seq_length: int = 128) -> ClassificationTask:
+    if name not in GLUE:
+        raise BertforgeError(f"unknown GLUE task {name!r}; choose one of {', '.join(GLUE)}")
+    return ClassificationTask(name=name, max_seq_length=max_seq_length, **GLUE[name])

@@ -1,0 +1,130 @@
+"""What every task family shares: reading tables, batching features by length, predicting in batches."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..batches import Position
+from ..errors import BertforgeError
+
+csv.field_size_limit(sys.maxsize)
+
+
+def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]]:
+    """(line number, record) for each row of a .tsv, .csv or .jsonl file.
+
+    TSV files are read with no quoting at all, as GLUE's are written (their sentences contain bare
+    quote characters); CSV with standard quoting. With a header, records are dicts by column name;
+    without, lists. A UTF-8 byte-order mark is ignored.
+    """
+    if not os.path.isfile(path):
+        raise BertforgeError(f"{path}: no such file")
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        if path.endswith(".jsonl"):
+            rows = []
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise BertforgeError(f"{path}, line {number}: not valid JSON ({e.msg})") from None
+                if not isinstance(record, dict):
+                    raise BertforgeError(f"{path}, line {number}: expected a JSON object")
+                rows.append((number, record))
+        else:
+            tsv = not path.endswith(".csv")
+            reader = csv.reader(f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+            rows = [(reader.line_num, row) for row in reader if row]
+            if header and rows:
+                names = rows[0][1]
+                body = []
+                for number, row in rows[1:]:
+                    if len(row) != len(names):
+                        raise BertforgeError(f"{path}, line {number}: {len(row)} columns, the header has {len(names)}")
+                    body.append((number, dict(zip(names, row))))
+                rows = body
+    if not rows:
+        raise BertforgeError(f"{path}: no examples in the file")
+    return rows
+
+
+def field(path: str, number: int, record: dict | list, column: str | int):
+    """One column of a record, with an error naming the file, line and column when it is missing."""
+    try:
+        return record[column] if isinstance(record, dict) else record[int(column)]
+    except (KeyError, IndexError, ValueError):
+        have = ", ".join(map(str, record)) if isinstance(record, dict) else f"{len(record)} columns"
+        raise BertforgeError(f"{path}, line {number}: no column {column!r} (found {have})") from None
+
+
+class FinetuneData:
+    """Batches of task features for the trainer: shuffled each epoch (seeded), grouped by length so
+    that little is spent on padding, and cut for processes and gradient accumulation."""
+
+    def __init__(self, features: list, collate: Callable[[list], dict], batch_size: int, seed: int = 0,
+                 rank: int = 0, world: int = 1, accum: int = 1, length: Callable = len):
+        if batch_size % (world * accum):
+            raise BertforgeError(f"the batch size {batch_size} must be divisible by the number of processes "
+                                 f"({world}) times the accumulation steps ({accum})")
+        if len(features) < batch_size:
+            raise BertforgeError(f"{len(features)} training examples, fewer than one batch of {batch_size}")
+        self.features, self.collate, self.batch_size, self.seed = features, collate, batch_size, seed
+        self.rank, self.world, self.accum = rank, world, accum
+        self.lengths = np.array([length(f) for f in features])
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.features) // self.batch_size
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """Indices of each batch of an epoch: a random order, sorted by length within pools of
+        50 batches, cut into batches, and the batches shuffled."""
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.features))
+        pool = 50 * self.batch_size
+        for start in range(0, len(order), pool):
+            chunk = order[start: start + pool]
+            order[start: start + pool] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+        batches = [order[i: i + self.batch_size] for i in range(0, self.steps_per_epoch * self.batch_size,
+                                                                 self.batch_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def batches(self, start: Position) -> Iterator[tuple[Position, list[dict]]]:
+        epoch, index = start.epoch, start.index
+        while True:
+            for b, rows in enumerate(self.epoch_batches(epoch)[index:], start=index):
+                mine = rows[self.rank:: self.world]
+                micro = [self.collate([self.features[i] for i in part]) for part in np.array_split(mine, self.accum)]
+                yield Position(epoch, b + 1), micro
+            epoch, index = epoch + 1, 0
+
+
+def in_length_order(features: list, batch_size: int, length: Callable = len) -> Iterator[list[int]]:
+    """Indices of `features` in batches of similar length, for fast inference."""
+    order = sorted(range(len(features)), key=lambda i: length(features[i]))
+    for start in range(0, len(order), batch_size):
+        yield order[start: start + batch_size]
+
+
+def pad(rows: list[list[int]], value: int) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def to_device(batch: dict, device) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

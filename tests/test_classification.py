@@ -1,0 +1,160 @@
+"""Sequence classification and regression: overfitting a handful of examples, HF parity of the
+saved model, the GLUE readers on the real files, layer-wise rates, and bad input."""
+
+import io
+import json
+import os
+
+import pytest
+import torch
+
+from bertforge import BertforgeError, Tokenizer, save_pretrained
+from bertforge.cli import main
+from bertforge.finetune import evaluate, finetune, load_finetuned, predict
+from bertforge.model import Bert
+from bertforge.optim import layer_groups, lr_at
+from bertforge.tasks import make_task
+from bertforge.tasks.classification import SequenceClassifier
+from bertforge.trainer import TrainOptions
+from conftest import tiny_config
+
+transformers = pytest.importorskip("transformers")
+
+POSITIVE = ["a good film", "truly great acting", "good and great", "a great story", "good fun", "great cast",
+            "very good indeed", "great great film"]
+NEGATIVE = ["a bad film", "truly awful acting", "bad and awful", "an awful story", "bad fun", "awful cast",
+            "very bad indeed", "awful awful film"]
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    """A tiny 'pretrained' BERT with its own vocabulary, as a fine-tuning starting point."""
+    directory = tmp_path_factory.mktemp("base")
+    tokenizer = Tokenizer.train(texts=POSITIVE + NEGATIVE, vocab_size=80, min_frequency=1)
+    torch.manual_seed(0)
+    save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(directory), tokenizer)
+    return str(directory)
+
+
+def write_tsv(path, rows, header=("sentence", "label")):
+    path.write_text("\t".join(header) + "\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows))
+    return str(path)
+
+
+def quick(out, **kw):
+    values = dict(out=str(out), lr=3e-3, warmup=0.1, log_every=5, progress=False, keep=1, precision="fp32")
+    values.update(kw)
+    return TrainOptions(**values)
+
+
+def test_a_tiny_model_overfits_a_handful_of_sentences(base_model, tmp_path):
+    rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
+    data = write_tsv(tmp_path / "train.tsv", rows)
+    result = finetune(make_task("sst2"), data, data, base_model, str(tmp_path / "run"), epochs=15, batch_size=8,
+                      options=quick(tmp_path / "run"))
+    assert result["best"]["score"] == 100.0
+    assert evaluate(str(tmp_path / "run" / "model"), data) == {"accuracy": 100.0, "examples": 16, "truncated": 0}
+
+
+def test_saved_classifier_matches_transformers_with_label_names(base_model, tmp_path):
+    rows = [(s, "pos") for s in POSITIVE] + [(s, "neg") for s in NEGATIVE]
+    data = write_tsv(tmp_path / "train.tsv", rows, header=("text", "label"))
+    finetune(make_task("classification"), data, data, base_model, str(tmp_path / "run"), epochs=2,
+             batch_size=8, options=quick(tmp_path / "run"))
+    directory = tmp_path / "run" / "model"
+    config = json.loads((directory / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"} and config["architectures"] == ["BertForSequenceClassification"]
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(directory).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    ours, task, _ = load_finetuned(str(directory))
+    batch = dict(tokenizer(POSITIVE[:3] + NEGATIVE[:2], padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        assert (ours.logits(batch) - theirs(**batch).logits).abs().max() <= 1e-5
+    assert theirs.config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_regression_overfits_scores(base_model, tmp_path):
+    rows = [(s, 4.0 + i / 8) for i, s in enumerate(POSITIVE)] + [(s, 1.0 - i / 8) for i, s in enumerate(NEGATIVE)]
+    data = write_tsv(tmp_path / "train.tsv", rows, header=("text", "score"))
+    task = make_task("regression", label_column="score")
+    result = finetune(task, data, data, base_model, str(tmp_path / "run"), epochs=60, batch_size=8,
+                      options=quick(tmp_path / "run"))
+    assert result["best"]["score"] > 95  # Pearson, in percent
+    model, task, _ = load_finetuned(str(tmp_path / "run" / "model"))
+    assert model.bert.config.problem_type == "regression"
+
+
+def test_predict_and_evaluate_through_the_command_line(base_model, tmp_path, capsys, monkeypatch):
+    rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
+    data = write_tsv(tmp_path / "train.tsv", rows)
+    assert main(["finetune", "--task", "sst2", "--train", data, "--dev", data, "--model", base_model,
+                 "--out", str(tmp_path / "run"), "--epochs", "15", "--batch-size", "8", "--lr", "3e-3",
+                 "--precision", "fp32", "--quiet"]) == 0
+    model = str(tmp_path / "run" / "model")
+    capsys.readouterr()
+    assert main(["evaluate", "--model", model, "--data", data]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == 100.0
+    monkeypatch.setattr("sys.stdin", io.StringIO("a good film\nawful acting\n"))
+    assert main(["predict", "--model", model]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["label"] for r in lines] == ["1", "0"] and lines[0]["text"] == "a good film"
+    assert predict(model, data, str(tmp_path / "out.jsonl")) == 16
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 16
+
+
+def test_bad_input_names_file_and_line(base_model, tmp_path):
+    train = write_tsv(tmp_path / "train.tsv", [("good", "1"), ("bad", "0")] * 8)
+    dev = write_tsv(tmp_path / "dev.tsv", [("good", "1"), ("odd", "2")])
+    with pytest.raises(BertforgeError, match=r"dev.tsv, line 3: label '2' never occurs in the training data"):
+        finetune(make_task("classification", text_column="sentence"), train, dev, base_model, str(tmp_path / "r"),
+                 options=quick(tmp_path / "r"))
+    (tmp_path / "ragged.tsv").write_text("sentence\tlabel\ngood\t1\nbad\t0\textra\n")
+    with pytest.raises(BertforgeError, match=r"ragged.tsv, line 3: 3 columns, the header has 2"):
+        make_task("sst2").read(str(tmp_path / "ragged.tsv"))
+    (tmp_path / "empty.tsv").write_text("")
+    with pytest.raises(BertforgeError, match="empty.tsv: no examples"):
+        make_task("sst2").read(str(tmp_path / "empty.tsv"))
+    with pytest.raises(BertforgeError, match=r"train.tsv, line 2: no column 'text' \(found sentence, label\)"):
+        make_task("classification").read(train)
+    with pytest.raises(BertforgeError, match="unknown task 'sst3'"):
+        make_task("sst3")
+
+
+def test_long_texts_are_counted_as_truncated(base_model, tmp_path):
+    task = make_task("sst2", max_seq_length=8)
+    rows = [(" ".join(["good"] * 20), 1), ("bad", 0)]
+    examples = task.read(write_tsv(tmp_path / "t.tsv", rows))
+    features, cut = task.featurize(examples, Tokenizer.from_pretrained(base_model), ["0", "1"])
+    assert cut == 1 and len(features[0]["ids"]) == 8
+
+
+def test_layer_groups_scale_rates_and_thaw_top_down():
+    model = SequenceClassifier(tiny_config(num_hidden_layers=3, id2label={0: "a", 1: "b"}))
+    groups = layer_groups(model, 0.01, layer_decay=0.5, unfreeze_every=10)
+    by_depth = {g["depth"]: g for g in groups}
+    assert sorted(by_depth) == [0, 1, 2, 3, 4]
+    assert [by_depth[d]["lr_scale"] for d in range(5)] == [0.0625, 0.125, 0.25, 0.5, 1.0]
+    assert [by_depth[d]["unfreeze_at"] for d in range(5)] == [40, 30, 20, 10, 0]
+    covered = {id(p) for g in groups for p in g["params"]}
+    assert covered == {id(p) for p in model.parameters()}
+    assert {id(p) for p in model.classifier.parameters()} <= {id(p) for g in groups if g["depth"] == 4 for p in g["params"]}
+
+
+def test_slanted_triangular_schedule():
+    rates = [lr_at(s, 100, 10, 1.0, "slanted") for s in range(100)]
+    assert rates[0] == pytest.approx(1 / 32) and max(rates) == pytest.approx(1.0) and rates.index(1.0) == 10
+    assert rates[99] < 0.05 and all(a <= b for a, b in zip(rates[:10], rates[1:11]))
+
+
+@pytest.mark.parametrize("name, train_count, dev_count, labels", [
+    ("sst2", 67349, 872, {"0", "1"}), ("mrpc", 3668, 408, {"0", "1"}),
+    ("rte", 2490, 277, {"entailment", "not_entailment"}), ("cola", 8551, 1043, {"0", "1"}),
+])
+def test_glue_readers_on_the_real_files(shared_data, name, train_count, dev_count, labels):
+    task = make_task(name)
+    folder = os.path.join(shared_data, "glue", {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA"}[name])
+    train = task.read(os.path.join(folder, "train.tsv"))
+    dev = task.read(os.path.join(folder, "dev.tsv"))
+    assert (len(train), len(dev)) == (train_count, dev_count)
+    assert {e["label"] for e in train} == labels
+    assert all(e["text"] for e in train) and (task.pair_column is None or all(e["pair"] for e in train))
