@@ -5,10 +5,11 @@ import io
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 
-from bertforge import BertforgeError, Tokenizer, save_pretrained
+from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.finetune import evaluate, finetune, load_finetuned, predict
 from bertforge.model import Bert
@@ -158,3 +159,36 @@ def test_glue_readers_on_the_real_files(shared_data, name, train_count, dev_coun
     assert (len(train), len(dev)) == (train_count, dev_count)
     assert {e["label"] for e in train} == labels
     assert all(e["text"] for e in train) and (task.pair_column is None or all(e["pair"] for e in train))
+
+
+def test_frozen_features_with_a_scalar_mix(base_model, tmp_path):
+    rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
+    data = write_tsv(tmp_path / "train.tsv", rows)
+    task = make_task("sst2", features="scalar-mix")
+    finetune(task, data, data, base_model, str(tmp_path / "run"), epochs=5, batch_size=8,
+             options=quick(tmp_path / "run"))
+    model, _, _ = load_finetuned(str(tmp_path / "run" / "model"))
+    base = load_pretrained(base_model)
+    # The encoder did not move; the mix did.
+    assert all(torch.equal(a, b) for a, b in zip(model.bert.state_dict().values(), base.state_dict().values()))
+    assert not torch.equal(model.mix.weights, torch.zeros_like(model.mix.weights))
+
+
+def test_length_grouped_batches_cover_every_example_and_group_lengths():
+    from bertforge.batches import Position
+    from bertforge.tasks.common import FinetuneData
+
+    features = [{"ids": [0] * n} for n in range(1, 1001)]
+    data = FinetuneData(features, lambda rows: rows, lambda f: len(f["ids"]), batch_size=16, seed=3)
+    seen = []
+    for epoch in range(3):
+        batches = data.epoch_batches(epoch)
+        assert len(batches) == 62 and all(len(b) == 16 for b in batches)
+        seen.append({int(i) for b in batches for i in b})
+        # Within a batch the lengths are close (random batches would span ~900): pools of 800 sorted, cut in 16s.
+        spreads = [np.ptp([len(features[i]["ids"]) for i in b]) for b in batches]
+        assert np.mean(spreads) < 40 and max(spreads) < 200
+    assert seen[0] != seen[1]  # the dropped remainder is random, not always the longest
+    assert max(len(features[i]["ids"]) for s in seen for i in s) > 990
+    step = next(data.batches(Position(0, 5)))
+    assert step[0] == Position(0, 6)

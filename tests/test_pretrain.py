@@ -61,7 +61,7 @@ def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys):
     if importlib.util.find_spec("matplotlib"):
         assert (out / "loss.png").stat().st_size > 1000
     config = json.loads((out / "run_config.json").read_text())
-    assert config["model"]["num_hidden_layers"] == 2 and config["batch_size"] == 8 and config["train"]["steps"] == 40
+    assert config["model"]["num_hidden_layers"] == 2 and config["batch_size"] == 8 and config["training"]["steps"] == 40
 
     theirs = transformers.BertForPreTraining.from_pretrained(out / "model").eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(out / "model")

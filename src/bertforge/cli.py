@@ -77,7 +77,12 @@ def cmd_finetune(args) -> None:
 
     task = make_task(args.task, text_column=_column(args.text_column), pair_column=_column(args.pair_column),
                      label_column=_column(args.label_column), max_seq_length=args.max_seq_length,
-                     header=False if args.no_header else None)
+                     header=False if args.no_header else None, tag_column=args.tag_column,
+                     word_column=args.word_column, scheme=args.scheme, doc_stride=args.doc_stride,
+                     max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
+                     n_best=args.n_best, null_threshold=args.null_threshold,
+                     choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
+                     prefix_column=args.prefix_column, features=args.features)
     options = TrainOptions(
         out=args.out, steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
@@ -101,9 +106,31 @@ def cmd_evaluate(args) -> None:
 def cmd_predict(args) -> None:
     from .finetune import predict
 
-    n = predict(args.model, args.input, args.output, args.batch_size)
+    n = predict(args.model, args.input, args.output, args.batch_size, args.format)
     if args.output:
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
+
+
+def cmd_embed(args) -> None:
+    from .embed import embed, write_embeddings
+    from .tokenizer import Tokenizer
+
+    if args.input:
+        with open(args.input, encoding="utf-8") as f:
+            texts = [line.rstrip("\n") for line in f if line.strip()]
+    else:
+        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
+    layers = int(args.layers) if args.layers.lstrip("-").isdigit() else args.layers
+    vectors = embed(args.model, texts, layers, args.pooling, args.batch_size, args.max_length)
+    tokens = None
+    if args.pooling == "tokens":
+        tokenizer = Tokenizer.from_pretrained(args.model)
+        tokens = [e.tokens for e in tokenizer.encode_batch(texts, max_length=args.max_length or 512)]
+    write_embeddings(args.output, vectors, texts, tokens)
+    shape = vectors.shape if hasattr(vectors, "shape") else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}"
+    print(f"wrote {shape} vectors to {args.output}", file=sys.stderr)
 
 
 def _column(value):
@@ -191,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     fine.add_argument("--task", required=True,
                       help="a GLUE task (sst2, mrpc, rte, cola, qqp, mnli, qnli, stsb, wnli) or a family "
-                           "(classification, regression)")
+                           "(classification, regression, ner, qa, multiple-choice)")
     fine.add_argument("--train", required=True, help="training file (.tsv, .csv, .jsonl)")
     fine.add_argument("--dev", required=True, help="dev file, evaluated every epoch")
     fine.add_argument("--model", required=True, help="a pretrained BERT (any HF BERT directory)")
@@ -200,7 +227,23 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--pair-column", help="column of the second text, for sentence pairs")
     fine.add_argument("--label-column", help="column of the label")
     fine.add_argument("--no-header", action="store_true", help="the files have no header line")
-    fine.add_argument("--max-seq-length", type=int, default=128, help="tokens per example, longer ones are cut")
+    fine.add_argument("--word-column", type=int, help="tagging: column of the words in CoNLL files (default 0)")
+    fine.add_argument("--tag-column", type=int, help="tagging: column of the tags (default -1, the last)")
+    fine.add_argument("--scheme", choices=["IOB1", "IOB2", "BIOES"],
+                      help="tagging: convert the tags to this scheme (default: keep the file's)")
+    fine.add_argument("--max-seq-length", type=int,
+                      help="tokens per example, longer ones are cut (default: 128; 256 for tagging; 384 for qa)")
+    mc = fine.add_argument_group("multiple choice")
+    mc.add_argument("--choice-columns", help="columns of the endings, comma-separated (default: a JSONL list "
+                                             "field 'choices'); SWAG: ending0,ending1,ending2,ending3")
+    mc.add_argument("--prefix-column", help="a column put before every ending (SWAG: sent2)")
+    qa = fine.add_argument_group("question answering (SQuAD JSON; FILE@A-B reads articles A to B)")
+    qa.add_argument("--doc-stride", type=int, help="tokens between context windows (default 128)")
+    qa.add_argument("--max-query-length", type=int, help="question tokens kept (default 64)")
+    qa.add_argument("--max-answer-length", type=int, help="longest answer in tokens (default 30)")
+    qa.add_argument("--n-best", type=int, help="start and end candidates per window (default 20)")
+    qa.add_argument("--null-threshold", type=float,
+                    help="SQuAD 2.0: answer nothing when the null score beats the best span by more (default 0)")
     fine.add_argument("--epochs", type=float, default=3.0, help="passes over the training data")
     fine.add_argument("--steps", type=int, help="optimizer steps (instead of --epochs)")
     fine.add_argument("--batch-size", type=int, default=32, help="examples per optimizer step")
@@ -214,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--unfreeze-every", type=int,
                       help="gradual unfreezing: thaw one more layer (top down) every this many steps")
     fine.add_argument("--classifier-dropout", type=float, help="dropout before the head (default: the model's)")
+    fine.add_argument("--features", choices=["pooler", "scalar-mix"],
+                      help="classification: fine-tune all and read the pooled [CLS] (default), or freeze the "
+                           "encoder and learn an ELMo-style mix of all layers")
     fine.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
     fine.add_argument("--accum", type=int, default=1, help="micro-batches per step")
     fine.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
@@ -237,7 +283,22 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--input", help="a file in the task's layout (default: standard input, one text per line)")
     pr.add_argument("--output", help="JSONL output file (default: standard output)")
     pr.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    pr.add_argument("--format", choices=["jsonl", "conll"], default="jsonl",
+                    help="conll: word, gold tag (if known), predicted tag per line (tagging models)")
     pr.set_defaults(func=cmd_predict)
+
+    em = commands.add_parser("embed", help="contextual vectors per sentence or per token",
+                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    em.add_argument("--model", required=True, help="any HF BERT directory")
+    em.add_argument("--input", help="text file, one text per line (default: standard input)")
+    em.add_argument("--output", required=True, help=".npy (sentence vectors) or .jsonl")
+    em.add_argument("--layers", default="last",
+                    help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4, or all (mean)")
+    em.add_argument("--pooling", choices=["mean", "cls", "tokens"], default="mean",
+                    help="mean of the tokens, the [CLS] vector, or every token's vector")
+    em.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
+    em.add_argument("--max-length", type=int, help="tokens per text (default: the model's maximum)")
+    em.set_defaults(func=cmd_embed)
 
     fill = commands.add_parser("fill-mask", help="predict the tokens hidden by [MASK]")
     fill.add_argument("model", help="a checkpoint with a masked-LM head")

@@ -29,6 +29,12 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = Tokenizer.from_pretrained(model)
+    positions = read_config(model).max_position_embeddings
+    if task.max_seq_length > positions:
+        if rank == 0:
+            print(f"max_seq_length {task.max_seq_length} is more than the model's {positions} positions: "
+                  f"using {positions}", file=sys.stderr)
+        task.max_seq_length = positions
     train_examples = task.read(train_file)
     names = task.label_names(train_examples)
     dev_examples = task.read(dev_file)
@@ -45,8 +51,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     net = task.build_model(config)
     load_into(net, model, new_heads=True)  # the encoder (and a head of the same shape, if there is one)
     pad_id = tokenizer.pad_id
-    data = FinetuneData(train_features, lambda f: task.collate(f, pad_id), batch_size, options.seed, rank, world,
-                        options.accum, task.length)
+    data = FinetuneData(train_features, lambda f: task.collate(f, pad_id), task.length, batch_size, options.seed,
+                        rank, world, options.accum)
     per_epoch = data.steps_per_epoch
     options.steps = options.steps or max(1, round(epochs * per_epoch))
     options.eval_every = eval_every or per_epoch
@@ -54,7 +60,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     options.select = options.select or task.metrics[0]
 
     def evaluator(m):
-        return task.score(task.predict(m, dev_features), dev_features)
+        return task.score(task.predict(m, dev_features), dev_features, names, dev_examples)
 
     run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train_file),
                   "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
@@ -71,44 +77,57 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
     return model, task, Tokenizer.from_pretrained(directory)
 
 
+def _label_names(model) -> list[str] | None:
+    config = model.bert.config
+    if config.problem_type == "regression" or not config.id2label:
+        return None
+    return [config.id2label[i] for i in range(len(config.id2label))]
+
+
 def evaluate(directory: str, data_file: str, batch_size: int = 64) -> dict:
     """The task's metrics for a fine-tuned model on a labelled file."""
     model, task, tokenizer = load_finetuned(directory)
-    names = [model.bert.config.id2label[i] for i in range(len(model.bert.config.id2label))] \
-        if not task.regression else None
+    names = _label_names(model)
     examples = task.read(data_file)
     task.check_labels(examples, names)
     features, cut = task.featurize(examples, tokenizer, names)
     with torch.no_grad():
-        scores = task.score(task.predict(model, features, batch_size), features)
+        scores = task.score(task.predict(model, features, batch_size), features, names, examples)
     return {**scores, "examples": len(features), "truncated": cut}
 
 
-def predict(directory: str, input_file: str | None, output_file: str | None, batch_size: int = 64) -> int:
-    """Predictions for every example of `input_file` (standard input when None), one JSON object
-    per line to `output_file` (standard output when None). Returns the number of examples."""
+def predict(directory: str, input_file: str | None, output_file: str | None, batch_size: int = 64,
+            output_format: str = "jsonl") -> int:
+    """Predictions for every example of `input_file` (standard input, one example per line, when
+    None), written to `output_file` (standard output when None) as JSON lines; for tagging models
+    optionally as CoNLL columns; for question answering as SQuAD's official prediction JSON.
+    Returns the number of examples."""
     model, task, tokenizer = load_finetuned(directory)
-    config = model.bert.config
-    names = [config.id2label[i] for i in range(len(config.id2label))] if not task.regression else None
+    names = _label_names(model)
     if input_file is None:
-        examples = [{"text": line.rstrip("\n"), "pair": None, "where": f"<stdin>, line {i}"}
-                    for i, line in enumerate(sys.stdin, start=1) if line.strip()]
-        if task.pair_column is not None:
-            raise BertforgeError("this model reads sentence pairs: give --input with both columns")
+        examples = task.from_lines([line.rstrip("\n") for line in sys.stdin if line.strip()])
     else:
         examples = task.read(input_file, with_labels=False)
     if not examples:
         raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
     features, cut = task.featurize(examples, tokenizer, names)
     if cut:
-        print(f"{cut} of {len(features)} examples were truncated to {task.max_seq_length} tokens", file=sys.stderr)
+        print(f"{cut} of {len(features)} examples were longer than {task.max_seq_length} tokens and were cut",
+              file=sys.stderr)
     with torch.no_grad():
-        outputs = task.outputs(task.predict(model, features, batch_size), names)
+        outputs = task.outputs(task.predict(model, features, batch_size), names, examples, features)
     stream = open(output_file, "w", encoding="utf-8") if output_file else sys.stdout
     try:
-        for example, output in zip(examples, outputs):
-            record = {"text": example["text"], **({"pair": example["pair"]} if example.get("pair") else {}), **output}
-            stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        if output_format == "conll":
+            if not hasattr(task, "write_conll"):
+                raise BertforgeError("CoNLL output is for tagging models")
+            task.write_conll(stream, examples, outputs)
+        elif isinstance(outputs, dict):  # SQuAD's official prediction file: {question id: answer}
+            json.dump(outputs, stream, ensure_ascii=False, indent=1)
+            stream.write("\n")
+        else:
+            for output in outputs:
+                stream.write(json.dumps(output, ensure_ascii=False) + "\n")
     finally:
         if output_file:
             stream.close()

@@ -67,9 +67,11 @@ HEAD_KEYS = {
     "classifier": [("dense.weight", "classifier.weight"), ("dense.bias", "classifier.bias")],
     # BertForQuestionAnswering: start and end logits
     "qa": [("dense.weight", "qa_outputs.weight"), ("dense.bias", "qa_outputs.bias")],
+    # Ours alone: the ELMo-style scalar mix of a frozen-feature classifier.
+    "mix": [("weights", "bertforge_mix.weights"), ("gamma", "bertforge_mix.gamma")],
 }
 # HF prefixes of heads we know but a given model may not use (so they are skipped, not errors).
-KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
+KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "bertforge_mix.")
 
 # Exception 2: names written by old (TF-converted) checkpoints, renamed when read.
 LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}

@@ -215,6 +215,11 @@ class Tokenizer:
         self._set_truncation(max_length, truncation)
         return _convert(self.backend.encode(text, pair, add_special_tokens=add_special_tokens))
 
+    def encode_words(self, sentences: list[list[str]], max_length: int | None = None) -> list[Encoding]:
+        """Encode sentences already split into words (tagging): `word_ids` map each piece to its word."""
+        self._set_truncation(max_length, "longest_first")
+        return [_convert(e) for e in self.backend.encode_batch(sentences, is_pretokenized=True)]
+
     def encode_batch(self, texts: list[str], pairs: list[str] | None = None, max_length: int | None = None,
                      truncation: str = "longest_first") -> list[Encoding]:
         """Encode many texts (or pairs) at once, in parallel in the Rust library."""

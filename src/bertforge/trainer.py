@@ -128,7 +128,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     if rank == 0:
         os.makedirs(o.out, exist_ok=True)
         with open(os.path.join(o.out, "run_config.json"), "w", encoding="utf-8") as f:
-            json.dump({**(run_config or {}), "train": asdict(o), "world_size": world}, f, indent=2)
+            json.dump({**(run_config or {}), "training": asdict(o), "world_size": world}, f, indent=2)
         _truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
     batches = data.batches(position)
     if total_steps is None:

@@ -34,6 +34,9 @@ class ClassificationTask:
     metrics: list[str] = field(default_factory=lambda: ["accuracy"])
     header: bool = True
     max_seq_length: int = 128
+    # "pooler": fine-tune everything, classify the pooled [CLS] vector (BERT). "scalar-mix": keep
+    # the encoder frozen and classify a learned ELMo-style mix of all layers, mean-pooled.
+    features: str = "pooler"
     family: str = "classification"
 
     # ---- reading -----------------------------------------------------------------------------
@@ -149,7 +152,7 @@ class ClassificationTask:
                 out[i] = row
         return torch.stack(out)
 
-    def score(self, logits: torch.Tensor, features: list[dict]) -> dict:
+    def score(self, logits: torch.Tensor, features: list[dict], names=None, examples=None) -> dict:
         """The task's metrics (in percent) from model outputs and the features' gold labels."""
         gold = [f["label"] for f in features]
         if self.regression:
@@ -160,17 +163,29 @@ class ClassificationTask:
                      "pearson": pearson, "spearman": spearman}
         return {name: round(100 * functions[name](predictions, gold), 3) for name in self.metrics}
 
-    def outputs(self, logits: torch.Tensor, names: list[str] | None) -> list[dict]:
+    def from_lines(self, lines: list[str]) -> list[dict]:
+        """Examples from plain text, one per line (standard input)."""
+        if self.pair_column is not None:
+            raise BertforgeError("this model reads sentence pairs: give --input with both columns")
+        return [{"text": line, "pair": None, "where": f"<stdin>, line {i}"} for i, line in enumerate(lines, 1)]
+
+    def outputs(self, logits: torch.Tensor, names: list[str] | None, examples: list[dict], features=None) -> list[dict]:
         """One JSON-ready prediction per example."""
+        inputs = [{"text": e["text"], **({"pair": e["pair"]} if e.get("pair") is not None else {})} for e in examples]
         if self.regression:
-            return [{"score": float(x)} for x in logits.view(-1)]
+            return [{**x, "score": float(v)} for x, v in zip(inputs, logits.view(-1))]
         probabilities = logits.softmax(-1)
-        return [{"label": names[int(p.argmax())], "probability": round(float(p.max()), 5),
-                 "probabilities": {n: round(float(v), 5) for n, v in zip(names, p)}} for p in probabilities]
+        return [{**x, "label": names[int(p.argmax())], "probability": round(float(p.max()), 5),
+                 "probabilities": {n: round(float(v), 5) for n, v in zip(names, p)}}
+                for x, p in zip(inputs, probabilities)]
 
 
 class SequenceClassifier(nn.Module):
-    """Encoder + dropout + linear layer over the pooled [CLS] vector; HF `BertForSequenceClassification`."""
+    """Encoder + dropout + linear layer over the pooled [CLS] vector; HF `BertForSequenceClassification`.
+
+    With the task's `features="scalar-mix"`, the encoder is frozen and the head reads a learned mix
+    of all layers instead (its weights are saved too, but `transformers` knows only the pooler path).
+    """
 
     architecture = "BertForSequenceClassification"
 
@@ -181,10 +196,25 @@ class SequenceClassifier(nn.Module):
         self.regression = config.problem_type == "regression"
         self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
+        self.mix = None
+        if (config.bertforge_task or {}).get("features") == "scalar-mix":
+            from ..embed import ScalarMix
+
+            self.mix = ScalarMix(config.num_hidden_layers + 1)
+            self.bert.requires_grad_(False)
 
     def logits(self, batch: dict) -> torch.Tensor:
-        out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        logits = self.classifier(out.pooler_output)  # (B, labels)
+        if self.mix is None:
+            out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            logits = self.classifier(out.pooler_output)  # (B, labels)
+        else:
+            with torch.no_grad():  # frozen features
+                self.bert.eval()
+                states = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                                   output_hidden_states=True).hidden_states
+            mask = batch["attention_mask"].unsqueeze(-1).to(states[0].dtype)
+            mixed = self.mix(states)  # (B, T, H)
+            logits = self.classifier((mixed * mask).sum(1) / mask.sum(1))
         return logits.squeeze(-1) if self.regression else logits
 
     def forward(self, batch: dict) -> tuple[dict, dict]:

@@ -69,8 +69,8 @@ class FinetuneData:
     """Batches of task features for the trainer: shuffled each epoch (seeded), grouped by length so
     that little is spent on padding, and cut for processes and gradient accumulation."""
 
-    def __init__(self, features: list, collate: Callable[[list], dict], batch_size: int, seed: int = 0,
-                 rank: int = 0, world: int = 1, accum: int = 1, length: Callable = len):
+    def __init__(self, features: list, collate: Callable[[list], dict], length: Callable[[object], int],
+                 batch_size: int, seed: int = 0, rank: int = 0, world: int = 1, accum: int = 1):
         if batch_size % (world * accum):
             raise BertforgeError(f"the batch size {batch_size} must be divisible by the number of processes "
                                  f"({world}) times the accumulation steps ({accum})")
@@ -88,13 +88,14 @@ class FinetuneData:
         """Indices of each batch of an epoch: a random order, sorted by length within pools of
         50 batches, cut into batches, and the batches shuffled."""
         rng = np.random.default_rng([self.seed, epoch])
-        order = rng.permutation(len(self.features))
+        # The remainder that does not fill a batch is dropped first, at random: dropping it after
+        # sorting would leave out the longest examples every epoch.
+        order = rng.permutation(len(self.features))[: self.steps_per_epoch * self.batch_size]
         pool = 50 * self.batch_size
         for start in range(0, len(order), pool):
             chunk = order[start: start + pool]
             order[start: start + pool] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-        batches = [order[i: i + self.batch_size] for i in range(0, self.steps_per_epoch * self.batch_size,
-                                                                 self.batch_size)]
+        batches = [order[i: i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def batches(self, start: Position) -> Iterator[tuple[Position, list[dict]]]:

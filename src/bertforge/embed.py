@@ -1,0 +1,97 @@
+"""Contextual embeddings: vectors per token or per sentence from a chosen layer, the sum or the
+concatenation of the last four layers (the BERT paper's feature-based NER), or a learned
+ELMo-style scalar mix of all layers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+from torch import nn
+
+from .errors import BertforgeError
+from .hf import load_pretrained
+from .tasks.common import in_length_order
+from .tokenizer import Tokenizer
+
+LAYER_CHOICES = ("last", "sum-last-4", "concat-last-4", "all")
+POOLING = ("mean", "cls", "tokens")
+
+
+class ScalarMix(nn.Module):
+    """ELMo's mix of layers (Peters et al., 2018): gamma * sum_j softmax(w)_j * h_j, with w and
+    gamma learned. Starts as the plain average of the layers."""
+
+    def __init__(self, num_layers: int):
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(1))
+
+    def forward(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        mix = self.weights.softmax(0)
+        return self.gamma * sum(w * h for w, h in zip(mix, layers))  # same shape as each layer
+
+
+def combine(hidden_states: tuple[torch.Tensor, ...], layers: str | int) -> torch.Tensor:
+    """One tensor from the embedding output and every layer's output (L + 1 tensors of (B, T, H))."""
+    if isinstance(layers, int) or (isinstance(layers, str) and layers.lstrip("-").isdigit()):
+        index = int(layers)
+        if not -len(hidden_states) <= index < len(hidden_states):
+            raise BertforgeError(f"layer {index} does not exist: the model has layers 0 (embeddings) to "
+                                 f"{len(hidden_states) - 1}")
+        return hidden_states[index]
+    if layers == "last":
+        return hidden_states[-1]
+    if layers == "sum-last-4":
+        return torch.stack(hidden_states[-4:]).sum(0)
+    if layers == "concat-last-4":
+        return torch.cat(hidden_states[-4:], dim=-1)  # (B, T, 4H)
+    if layers == "all":
+        return torch.stack(hidden_states).mean(0)
+    raise BertforgeError(f"layers must be a layer number or one of {', '.join(LAYER_CHOICES)}, got {layers!r}")
+
+
+def embed(directory: str, texts: list[str], layers: str | int = "last", pooling: str = "mean",
+          batch_size: int = 32, max_length: int | None = None) -> list[np.ndarray] | np.ndarray:
+    """Vectors for `texts` from the encoder in `directory` (any HF BERT directory).
+
+    `pooling`: `mean` over the real tokens, `cls` (the [CLS] vector), both giving an (N, D) array;
+    or `tokens`, giving one (tokens, D) array per text, special tokens included.
+    """
+    if pooling not in POOLING:
+        raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
+    tokenizer = Tokenizer.from_pretrained(directory)
+    model = load_pretrained(directory).eval()
+    encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_position_embeddings)
+    out = [None] * len(texts)
+    with torch.no_grad():
+        for rows in in_length_order(encodings, batch_size):
+            batch = tokenizer.pad([encodings[i] for i in rows])
+            states = model(**batch, output_hidden_states=True).hidden_states
+            vectors = combine(states, layers)  # (B, T, D)
+            mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
+            for k, i in enumerate(rows):
+                n = len(encodings[i])
+                if pooling == "tokens":
+                    out[i] = vectors[k, :n].numpy()
+                elif pooling == "cls":
+                    out[i] = vectors[k, 0].numpy()
+                else:
+                    out[i] = ((vectors[k] * mask[k]).sum(0) / mask[k].sum()).numpy()
+    return out if pooling == "tokens" else np.stack(out)
+
+
+def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:
+    """`.npy` for sentence vectors (N, D); JSONL otherwise, one object per text."""
+    if path.endswith(".npy"):
+        if isinstance(vectors, list):
+            raise BertforgeError("token vectors differ in length per text: write them as .jsonl")
+        np.save(path, vectors)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        for i, text in enumerate(texts):
+            record = {"text": text, "vector": np.asarray(vectors[i]).round(6).tolist()}
+            if tokens is not None:
+                record["tokens"] = tokens[i]
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")

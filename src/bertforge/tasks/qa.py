@@ -1,0 +1,274 @@
+"""Extractive question answering (SQuAD 1.1 and 2.0): start and end logits over the context.
+
+As Google's `run_squad.py`: the question (at most `max_query_length` tokens) and a window of the
+context form `[CLS] question [SEP] window [SEP]`; windows start every `doc_stride` tokens; answers
+are the best of the `n_best` start and end candidates over all windows, at most
+`max_answer_length` tokens, each token judged only in the window where it has the most context;
+the text is cut from the original context through character offsets. SQuAD 2.0's no-answer is
+the [CLS] span, chosen when its score beats the best span by more than `null_threshold`.
+Saved as HF `BertForQuestionAnswering`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import BertConfig
+from ..errors import BertforgeError
+from ..heads import ClassifierHead
+from ..metrics import best_null_threshold, squad_scores
+from ..model import Bert, init_weights
+from .common import device_of, in_length_order, pad, to_device
+
+
+@dataclass
+class QuestionAnsweringTask:
+    name: str = "qa"
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    n_best: int = 20
+    null_threshold: float = 0.0
+    family: str = "qa"
+    regression: bool = False
+    metrics: tuple = ("f1", "exact")
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def read(self, path: str, with_labels: bool = True) -> list[dict]:
+        """Questions {id, question, context, answers, impossible, where} from a SQuAD JSON file.
+        `FILE@A-B` reads only articles A to B (by position, from 0) of FILE."""
+        selection = None
+        if "@" in path and not os.path.isfile(path):
+            path, selection = path.rsplit("@", 1)
+        if not os.path.isfile(path):
+            raise BertforgeError(f"{path}: no such file")
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise BertforgeError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+        articles = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(articles, list):
+            raise BertforgeError(f"{path}: not a SQuAD file (no top-level \"data\" list)")
+        chosen = range(len(articles))
+        if selection:
+            first, _, last = selection.partition("-")
+            if not (first.isdigit() and (last.isdigit() or not last)):
+                raise BertforgeError(f"{path}@{selection}: articles are chosen as @FIRST-LAST, e.g. @0-37")
+            chosen = range(int(first), int(last or first) + 1)
+        questions = []
+        for a in chosen:
+            if a >= len(articles):
+                raise BertforgeError(f"{path}: no article {a} (the file has {len(articles)})")
+            for paragraph in articles[a].get("paragraphs", []):
+                context = paragraph["context"]
+                for qa in paragraph.get("qas", []):
+                    where = f"{path}, question {qa.get('id')}"
+                    answers = qa.get("answers", []) if with_labels else []
+                    for answer in answers:
+                        start, text = answer.get("answer_start"), answer.get("text", "")
+                        if not isinstance(start, int) or context[start: start + len(text)] != text:
+                            raise BertforgeError(f"{where}: answer_start {start} does not point at the answer "
+                                                 f"{text!r} (the context has {context[start: start + len(text)]!r} "
+                                                 "there)" if isinstance(start, int) else f"{where}: no answer_start")
+                    questions.append({"id": qa["id"], "question": qa["question"], "context": context,
+                                      "answers": answers, "impossible": bool(qa.get("is_impossible", False)),
+                                      "where": where})
+        if not questions:
+            raise BertforgeError(f"{path}: no questions in the file")
+        return questions
+
+    def label_names(self, train: list[dict]):
+        return None
+
+    def check_labels(self, examples, names) -> None:
+        pass
+
+    # ---- features -----------------------------------------------------------------------------
+
+    def featurize(self, questions: list[dict], tokenizer, names=None) -> tuple[list[dict], int]:
+        """Windows over each context. Returns the features and the number of questions cut to
+        `max_query_length`. Training targets: the answer's first and last token in the window, or
+        [CLS] (0, 0) when the window does not hold it or there is no answer."""
+        query_ids = [e.ids for e in tokenizer.encode_batch([q["question"] for q in questions], max_length=None)]
+        contexts = {}
+        for q in questions:
+            if q["context"] not in contexts:
+                contexts[q["context"]] = None
+        encoded = tokenizer.backend.encode_batch(list(contexts), add_special_tokens=False)
+        for context, e in zip(list(contexts), encoded):
+            contexts[context] = (e.ids, e.offsets)
+        features, cut = [], 0
+        for number, (q, query) in enumerate(zip(questions, query_ids)):
+            query = query[1:-1]  # without [CLS] and [SEP]
+            if len(query) > self.max_query_length:
+                query, cut = query[: self.max_query_length], cut + 1
+            doc_ids, offsets = contexts[q["context"]]
+            room = self.max_seq_length - len(query) - 3
+            if room < 1:
+                raise BertforgeError(f"{q['where']}: max_seq_length {self.max_seq_length} leaves no room for the context")
+            windows, begin = [], 0
+            while True:  # as run_squad.py: a window every doc_stride tokens until one reaches the end
+                end = min(begin + room, len(doc_ids))
+                windows.append((begin, end))
+                if end >= len(doc_ids):
+                    break
+                begin += min(end - begin, self.doc_stride)
+            answer = q["answers"][0] if q["answers"] and not q["impossible"] else None
+            for w, (begin, end) in enumerate(windows):
+                ids = [tokenizer.cls_id, *query, tokenizer.sep_id, *doc_ids[begin:end], tokenizer.sep_id]
+                shift = len(query) + 2  # position of the window's first token
+                feature = {
+                    "ids": ids, "types": [0] * shift + [1] * (end - begin + 1), "question": number,
+                    "offsets": offsets[begin:end], "shift": shift,
+                    "max_context": [_is_max_context(windows, w, begin + i) for i in range(end - begin)],
+                }
+                if answer is not None or q["impossible"]:
+                    feature["start"], feature["end"] = 0, 0
+                    if answer is not None:
+                        first_char = answer["answer_start"]
+                        last_char = first_char + len(answer["text"]) - 1
+                        inside = [i for i in range(end - begin) if offsets[begin + i][1] > first_char
+                                  and offsets[begin + i][0] <= last_char]
+                        if inside and offsets[begin + inside[0]][0] <= first_char and \
+                                offsets[begin + inside[-1]][1] > last_char:
+                            feature["start"], feature["end"] = shift + inside[0], shift + inside[-1]
+                features.append(feature)
+        return features, cut
+
+    @property
+    def term(self) -> str:
+        return "span"
+
+    @staticmethod
+    def length(feature: dict) -> int:
+        return len(feature["ids"])
+
+    def collate(self, features: list[dict], pad_id: int = 0) -> dict:
+        ids = pad([f["ids"] for f in features], pad_id)
+        batch = {"input_ids": ids, "token_type_ids": pad([f["types"] for f in features], 0),
+                 "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
+                 "tokens": sum(len(f["ids"]) for f in features)}
+        if "start" in features[0]:
+            batch["start"] = torch.tensor([f["start"] for f in features])
+            batch["end"] = torch.tensor([f["end"] for f in features])
+            batch["counts"] = {self.term: len(features)}
+        return batch
+
+    def build_model(self, config: BertConfig) -> "QuestionAnswerer":
+        return QuestionAnswerer(config)
+
+    def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
+        values = config.to_dict()
+        for key in ("id2label", "label2id", "problem_type"):
+            values.pop(key, None)
+        values.update(finetuning_task=self.name, bertforge_task=asdict(self))
+        return BertConfig(**values)
+
+    # ---- answers -------------------------------------------------------------------------------
+
+    def predict(self, model, features: list[dict], batch_size: int = 32) -> list[tuple]:
+        """(start logits, end logits) of each window's tokens."""
+        out = [None] * len(features)
+        pad_id = model.bert.config.pad_token_id
+        for rows in in_length_order(features, batch_size, self.length):
+            batch = to_device(self.collate([features[i] for i in rows], pad_id), device_of(model))
+            start, end = model.logits(batch)
+            for i, s, e in zip(rows, start.float().cpu(), end.float().cpu()):
+                n = len(features[i]["ids"])
+                out[i] = (s[:n], e[:n])
+        return out
+
+    def answers(self, logits: list[tuple], features: list[dict], questions: list[dict]) -> tuple[dict, dict]:
+        """The best non-null answer text of each question and its null margin (null score minus
+        the best span's score; SQuAD 2.0 answers "" when the margin exceeds the threshold)."""
+        best = {}
+        for (start_logits, end_logits), f in zip(logits, features):
+            q = f["question"]
+            null = float(start_logits[0] + end_logits[0])
+            entry = best.setdefault(q, {"score": -float("inf"), "text": "", "null": float("inf")})
+            entry["null"] = min(entry["null"], null)
+            n_window = len(f["offsets"])
+            starts = start_logits.topk(min(self.n_best, len(start_logits))).indices.tolist()
+            ends = end_logits.topk(min(self.n_best, len(end_logits))).indices.tolist()
+            for s in starts:
+                for e in ends:
+                    i, j = s - f["shift"], e - f["shift"]
+                    if not (0 <= i < n_window and 0 <= j < n_window) or j < i or j - i + 1 > self.max_answer_length:
+                        continue
+                    if not f["max_context"][i]:
+                        continue
+                    score = float(start_logits[s] + end_logits[e])
+                    if score > entry["score"]:
+                        context = questions[q]["context"]
+                        entry.update(score=score, text=context[f["offsets"][i][0]: f["offsets"][j][1]])
+        texts = {questions[q]["id"]: e["text"] for q, e in best.items()}
+        margins = {questions[q]["id"]: e["null"] - e["score"] for q, e in best.items()}
+        return texts, margins
+
+    def score(self, logits, features, names, questions) -> dict:
+        texts, margins = self.answers(logits, features, questions)
+        golds = {q["id"]: [a["text"] for a in q["answers"]] if not q["impossible"] else [] for q in questions}
+        v2 = any(q["impossible"] for q in questions)
+        predictions = {k: ("" if v2 and margins[k] > self.null_threshold else t) for k, t in texts.items()}
+        result = {k: round(v, 3) if isinstance(v, float) else v for k, v in squad_scores(predictions, golds).items()}
+        if v2:
+            threshold, best_f1 = best_null_threshold(texts, margins, golds, "f1")
+            result.update(best_f1=round(best_f1, 3), best_f1_threshold=round(threshold, 4))
+        return result
+
+    def from_lines(self, lines):
+        raise BertforgeError("question answering reads a SQuAD JSON file: give --input")
+
+    def outputs(self, logits, names, questions: list[dict], features: list[dict]) -> dict:
+        """The official prediction file: {question id: answer text} ("" for no answer)."""
+        texts, margins = self.answers(logits, features, questions)
+        return {k: ("" if margins[k] > self.null_threshold else t) for k, t in texts.items()}
+
+
+def _is_max_context(windows: list[tuple[int, int]], current: int, position: int) -> bool:
+    """Google's `_check_is_max_context`: a token belongs to the window where it has the most
+    context on its shorter side (ties to the longer window)."""
+    best_score, best_window = None, None
+    for w, (begin, end) in enumerate(windows):
+        if not begin <= position < end:
+            continue
+        left, right = position - begin, end - 1 - position
+        score = min(left, right) + 0.01 * (end - begin)
+        if best_score is None or score > best_score:
+            best_score, best_window = score, w
+    return best_window == current
+
+
+class QuestionAnswerer(nn.Module):
+    """Encoder + a linear layer giving start and end logits per token; HF `BertForQuestionAnswering`."""
+
+    architecture = "BertForQuestionAnswering"
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.bert = Bert(config)
+        self.qa = ClassifierHead(config.hidden_size, 2, dropout=0.0)  # HF has no dropout here
+        self.qa.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        logits = self.qa(out.last_hidden_state)  # (B, T, 2)
+        # Padding can never be an answer boundary.
+        logits = logits.masked_fill(batch["attention_mask"][..., None] == 0, -1e4)
+        return logits[..., 0], logits[..., 1]
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        start, end = (x.float() for x in self.logits(batch))
+        loss = (F.cross_entropy(start, batch["start"], reduction="sum")
+                + F.cross_entropy(end, batch["end"], reduction="sum")) / 2
+        correct = ((start.argmax(-1) == batch["start"]) & (end.argmax(-1) == batch["end"])).sum()
+        return {"span": loss}, {"span": correct}

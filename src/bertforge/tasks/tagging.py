@@ -1,0 +1,235 @@
+"""Token classification (NER, chunking, POS): one label per word, from the word's first piece.
+
+Reads CoNLL column files (a chosen tag column; `-DOCSTART-` lines and blank lines separate
+documents and sentences), in IOB1, IOB2 or BIOES, optionally converted to another scheme. Scored
+at the entity level exactly as `conlleval` / `seqeval`. Saved as HF `BertForTokenClassification`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import BertConfig
+from ..errors import BertforgeError
+from ..heads import ClassifierHead
+from ..masking import IGNORE
+from ..metrics import entities, entity_scores
+from ..model import Bert, init_weights
+from .common import device_of, in_length_order, pad, to_device
+
+SCHEMES = ("IOB1", "IOB2", "BIOES")
+
+
+def convert(tags: list[str], scheme: str) -> list[str]:
+    """The same entities written in another scheme (entities as conlleval reads them)."""
+    out = ["O"] * len(tags)
+    for kind, first, last in entities(tags):
+        for i in range(first, last + 1):
+            if scheme == "IOB2":
+                prefix = "B" if i == first else "I"
+            elif scheme == "BIOES":
+                prefix = "S" if first == last else "B" if i == first else "E" if i == last else "I"
+            elif scheme == "IOB1":  # B- only where an entity directly follows one of the same type
+                prefix = "B" if i == first and first > 0 and out[first - 1] == f"I-{kind}" else "I"
+            else:
+                raise BertforgeError(f"unknown tagging scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
+            out[i] = f"{prefix}-{kind}"
+    return out
+
+
+@dataclass
+class TaggingTask:
+    """How to read a CoNLL-style file and score tags on it."""
+
+    name: str = "ner"
+    word_column: int = 0
+    tag_column: int = -1  # the last column, as CoNLL-2003's NER tags
+    scheme: str | None = None  # convert the tags to this scheme; None keeps the file's
+    max_seq_length: int = 256
+    metrics: tuple = ("f1", "precision", "recall", "accuracy")
+    family: str = "ner"
+    regression: bool = False
+
+    def read(self, path: str, with_labels: bool = True) -> list[dict]:
+        """Sentences {words, tags, where}. Every line of a file must have the same number of columns."""
+        if not os.path.isfile(path):
+            raise BertforgeError(f"{path}: no such file")
+        sentences, words, tags, start, width = [], [], [], 1, None
+
+        def close(number):
+            nonlocal words, tags
+            if words:
+                sentence = {"words": words, "where": f"{path}, line {start}"}
+                if with_labels:
+                    sentence["tags"] = convert(tags, self.scheme) if self.scheme else tags
+                sentences.append(sentence)
+            words, tags = [], []
+
+        with open(path, encoding="utf-8-sig") as f:
+            for number, line in enumerate(f, start=1):
+                columns = line.split()
+                if not columns or columns[0] == "-DOCSTART-":
+                    close(number)
+                    start = number + 1
+                    continue
+                if width is None:
+                    width = len(columns)
+                elif len(columns) != width:
+                    raise BertforgeError(f"{path}, line {number}: {len(columns)} columns where the file has "
+                                         f"{width} ({line.strip()!r})")
+                if not words:
+                    start = number
+                try:
+                    words.append(columns[self.word_column])
+                    if with_labels:
+                        tags.append(columns[self.tag_column])
+                except IndexError:
+                    raise BertforgeError(f"{path}, line {number}: no column {self.tag_column} "
+                                         f"in {len(columns)} columns") from None
+            close(number + 1 if width else 1)
+        if not sentences:
+            raise BertforgeError(f"{path}: no sentences in the file")
+        return sentences
+
+    def label_names(self, train: list[dict]) -> list[str]:
+        """"O" first, then the entity tags sorted by type and position (B, I, E, S)."""
+        seen = {t for s in train for t in s["tags"]}
+        return sorted(seen, key=lambda t: (t != "O", t.partition("-")[2], t))
+
+    def check_labels(self, sentences: list[dict], names: list[str]) -> None:
+        known = set(names)
+        for s in sentences:
+            for tag in s.get("tags", []):
+                if tag not in known:
+                    raise BertforgeError(f"{s['where']}: tag {tag!r} never occurs in the training data "
+                                         f"(known: {', '.join(names)})")
+
+    def featurize(self, sentences: list[dict], tokenizer, names: list[str]) -> tuple[list[dict], int]:
+        """Pieces of each sentence; the first piece of each word carries its tag, the others IGNORE.
+        Returns the features and the number of sentences cut to `max_seq_length` (their last words
+        get no prediction and count as "O")."""
+        index = {n: i for i, n in enumerate(names)}
+        encodings = tokenizer.encode_words([s["words"] for s in sentences], max_length=self.max_seq_length)
+        features = []
+        for s, enc in zip(sentences, encodings):
+            first_piece = {}
+            for position, word in enumerate(enc.word_ids):
+                if word is not None and word not in first_piece:
+                    first_piece[word] = position
+            f = {"ids": enc.ids, "first_piece": first_piece, "words": len(s["words"])}
+            if "tags" in s:
+                labels = [IGNORE] * len(enc.ids)
+                for word, position in first_piece.items():
+                    labels[position] = index[s["tags"][word]]
+                f["labels"] = labels
+            features.append(f)
+        return features, sum(e.truncated for e in encodings)
+
+    @property
+    def term(self) -> str:
+        return "tag"
+
+    @staticmethod
+    def length(feature: dict) -> int:
+        return len(feature["ids"])
+
+    def collate(self, features: list[dict], pad_id: int = 0) -> dict:
+        ids = pad([f["ids"] for f in features], pad_id)
+        batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
+                 "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
+                 "tokens": sum(len(f["ids"]) for f in features)}
+        if "labels" in features[0]:
+            batch["labels"] = pad([f["labels"] for f in features], IGNORE)
+            batch["counts"] = {self.term: int((batch["labels"] != IGNORE).sum())}
+        return batch
+
+    def build_model(self, config: BertConfig) -> "TokenClassifier":
+        return TokenClassifier(config)
+
+    def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:
+        values = config.to_dict()
+        values.update(id2label=dict(enumerate(names)), finetuning_task=self.name, bertforge_task=asdict(self))
+        if classifier_dropout is not None:
+            values["classifier_dropout"] = classifier_dropout
+        values.pop("label2id", None)
+        values.pop("problem_type", None)
+        return BertConfig(**values)
+
+    def predict(self, model, features: list[dict], batch_size: int = 64) -> list[list[int]]:
+        """The predicted label id of every word of every sentence (0, "O", for words cut off)."""
+        out = [None] * len(features)
+        pad_id = model.bert.config.pad_token_id
+        for rows in in_length_order(features, batch_size, self.length):
+            batch = to_device(self.collate([features[i] for i in rows], pad_id), device_of(model))
+            best = model.logits(batch).argmax(-1).cpu()  # (B, T)
+            for i, row in zip(rows, best):
+                f = features[i]
+                out[i] = [int(row[f["first_piece"][w]]) if w in f["first_piece"] else 0 for w in range(f["words"])]
+        return out
+
+    def score(self, predicted: list[list[int]], features: list[dict], names: list[str], sentences: list[dict]) -> dict:
+        gold = [s["tags"] for s in sentences]
+        tags = [[names[i] for i in p] for p in predicted]
+        result = entity_scores(tags, gold)
+        words = sum(len(g) for g in gold)
+        token_accuracy = sum(a == b for p, g in zip(tags, gold) for a, b in zip(p, g)) / max(words, 1)
+        return {"f1": round(100 * result["f1"], 3), "precision": round(100 * result["precision"], 3),
+                "recall": round(100 * result["recall"], 3), "accuracy": round(100 * token_accuracy, 3)}
+
+    def from_lines(self, lines: list[str]) -> list[dict]:
+        """Sentences from plain text, one per line, words split at white space (standard input)."""
+        return [{"words": line.split(), "where": f"<stdin>, line {i}"} for i, line in enumerate(lines, 1)
+                if line.split()]
+
+    def outputs(self, predicted: list[list[int]], names: list[str], sentences: list[dict], features=None) -> list[dict]:
+        out = []
+        for p, s in zip(predicted, sentences):
+            tags = [names[i] for i in p]
+            found = [{"type": kind, "start": first, "end": last + 1, "text": " ".join(s["words"][first: last + 1])}
+                     for kind, first, last in entities(tags)]
+            out.append({"words": s["words"], "tags": tags, "entities": found})
+        return out
+
+    def write_conll(self, path_or_stream, sentences: list[dict], outputs: list[dict]) -> None:
+        """CoNLL columns: word, gold tag (when known), predicted tag; a blank line between sentences
+        (the input of `conlleval`)."""
+        stream = open(path_or_stream, "w", encoding="utf-8") if isinstance(path_or_stream, str) else path_or_stream
+        try:
+            for s, o in zip(sentences, outputs):
+                for i, word in enumerate(s["words"]):
+                    gold = [s["tags"][i]] if "tags" in s else []
+                    stream.write(" ".join([word, *gold, o["tags"][i]]) + "\n")
+                stream.write("\n")
+        finally:
+            if stream is not sys.stdout and isinstance(path_or_stream, str):
+                stream.close()
+
+
+class TokenClassifier(nn.Module):
+    """Encoder + dropout + linear layer on every token; HF `BertForTokenClassification`."""
+
+    architecture = "BertForTokenClassification"
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.bert = Bert(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.classifier = ClassifierHead(config.hidden_size, config.num_labels, dropout)
+        self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def logits(self, batch: dict) -> torch.Tensor:
+        out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        return self.classifier(out.last_hidden_state)  # (B, T, labels)
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        logits = self.logits(batch).float()
+        labels = batch["labels"]
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE, reduction="sum")
+        correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
+        return {"tag": loss}, {"tag": correct}
