@@ -8,7 +8,7 @@ the right ending. Saved as HF `BertForMultipleChoice`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +19,7 @@ from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import accuracy
 from ..model import Bert, init_weights
-from .common import device_of, field as column_of, in_length_order, pad, read_records, to_device
+from .common import field as column_of, finetuned_config, inference_batches, pad, read_records
 
 
 @dataclass
@@ -108,19 +108,12 @@ class MultipleChoiceTask:
         return ChoiceScorer(config)
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
-        values = config.to_dict()
-        for key in ("id2label", "label2id", "problem_type"):
-            values.pop(key, None)
-        values.update(finetuning_task=self.name, bertforge_task=asdict(self))
-        if classifier_dropout is not None:
-            values["classifier_dropout"] = classifier_dropout
-        return BertConfig(**values)
+        extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
+        return finetuned_config(config, self, drop=("id2label", "problem_type"), **extra)
 
     def predict(self, model, features: list[dict], batch_size: int = 16) -> torch.Tensor:
         out = [None] * len(features)
-        pad_id = model.bert.config.pad_token_id
-        for rows in in_length_order(features, batch_size, self.length):
-            batch = to_device(self.collate([features[i] for i in rows], pad_id), device_of(model))
+        for rows, batch in inference_batches(model, self, features, batch_size):
             for i, row in zip(rows, model.logits(batch).float().cpu()):
                 out[i] = row
         return torch.stack(out)  # (N, choices)

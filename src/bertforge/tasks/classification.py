@@ -7,7 +7,7 @@ names in `config.json`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +18,7 @@ from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
 from ..model import Bert, init_weights
-from .common import device_of, field as column_of, in_length_order, pad, read_records, to_device
+from .common import encoder_inputs, field as column_of, finetuned_config, inference_batches, read_records
 
 
 @dataclass
@@ -114,10 +114,7 @@ class ClassificationTask:
         return len(feature["ids"])
 
     def collate(self, features: list[dict], pad_id: int = 0) -> dict:
-        ids = pad([f["ids"] for f in features], pad_id)
-        batch = {"input_ids": ids, "token_type_ids": pad([f["types"] for f in features], 0),
-                 "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
-                 "counts": {self.term: len(features)}, "tokens": sum(len(f["ids"]) for f in features)}
+        batch = {**encoder_inputs(features, pad_id), "counts": {self.term: len(features)}}
         if "label" in features[0]:
             dtype = torch.float if self.regression else torch.long
             batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
@@ -130,25 +127,16 @@ class ClassificationTask:
 
     def configure(self, config: BertConfig, names: list[str] | None, classifier_dropout: float | None) -> BertConfig:
         """The config of the fine-tuned model: HF's label keys plus how to read inputs."""
-        values = config.to_dict()
-        values.update(
-            id2label={i: n for i, n in enumerate(names)} if names else {0: "score"},
-            problem_type="regression" if self.regression else "single_label_classification",
-            finetuning_task=self.name, bertforge_task=asdict(self),
-        )
-        if classifier_dropout is not None:
-            values["classifier_dropout"] = classifier_dropout
-        values.pop("label2id", None)
-        return BertConfig(**values)
+        extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
+        return finetuned_config(config, self, id2label=dict(enumerate(names)) if names else {0: "score"},
+                                problem_type="regression" if self.regression else "single_label_classification",
+                                **extra)
 
     def predict(self, model, features: list[dict], batch_size: int = 64) -> torch.Tensor:
         """Logits (N, labels), or scores (N,) for regression, in the order of `features`."""
         out = [None] * len(features)
-        pad_id = model.bert.config.pad_token_id
-        for rows in in_length_order(features, batch_size, self.length):
-            batch = to_device(self.collate([features[i] for i in rows], pad_id), device_of(model))
-            logits = model.logits(batch).float().cpu()
-            for i, row in zip(rows, logits):
+        for rows, batch in inference_batches(model, self, features, batch_size):
+            for i, row in zip(rows, model.logits(batch).float().cpu()):
                 out[i] = row
         return torch.stack(out)
 

@@ -115,16 +115,39 @@ def in_length_order(features: list, batch_size: int, length: Callable = len) -> 
         yield order[start: start + batch_size]
 
 
+def encoder_inputs(features: list[dict], pad_id: int) -> dict:
+    """input_ids, token_type_ids and attention_mask (B, T) padded to the longest feature, from
+    features holding `ids` (and `types`, else all zeros); plus the count of real tokens."""
+    ids = pad([f["ids"] for f in features], pad_id)
+    types = pad([f["types"] for f in features], 0) if "types" in features[0] else torch.zeros_like(ids)
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
+            "tokens": sum(len(f["ids"]) for f in features)}
+
+
+def inference_batches(model, task, features: list, batch_size: int) -> Iterator[tuple[list[int], dict]]:
+    """(feature indices, batch on the model's device), in batches of similar length."""
+    device = next(model.parameters()).device
+    for rows in in_length_order(features, batch_size, task.length):
+        yield rows, to_device(task.collate([features[i] for i in rows], model.bert.config.pad_token_id), device)
+
+
+def finetuned_config(config, task, drop: tuple = (), **updates):
+    """The config of a model fine-tuned for `task`: the task saved in it, keys of other heads dropped."""
+    from dataclasses import asdict
+
+    from ..config import BertConfig
+
+    values = {k: v for k, v in config.to_dict().items() if k not in ("label2id", *drop)}
+    values.update(finetuning_task=task.name, bertforge_task=asdict(task), **updates)
+    return BertConfig(**values)
+
+
 def pad(rows: list[list[int]], value: int) -> torch.Tensor:
     width = max(len(r) for r in rows)
     out = torch.full((len(rows), width), value, dtype=torch.long)
     for i, r in enumerate(rows):
         out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     return out
-
-
-def device_of(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def to_device(batch: dict, device) -> dict:

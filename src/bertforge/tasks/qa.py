@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,7 @@ from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
 from ..model import Bert, init_weights
-from .common import device_of, in_length_order, pad, to_device
+from .common import encoder_inputs, finetuned_config, inference_batches
 
 
 @dataclass
@@ -153,10 +153,7 @@ class QuestionAnsweringTask:
         return len(feature["ids"])
 
     def collate(self, features: list[dict], pad_id: int = 0) -> dict:
-        ids = pad([f["ids"] for f in features], pad_id)
-        batch = {"input_ids": ids, "token_type_ids": pad([f["types"] for f in features], 0),
-                 "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
-                 "tokens": sum(len(f["ids"]) for f in features)}
+        batch = encoder_inputs(features, pad_id)
         if "start" in features[0]:
             batch["start"] = torch.tensor([f["start"] for f in features])
             batch["end"] = torch.tensor([f["end"] for f in features])
@@ -167,20 +164,14 @@ class QuestionAnsweringTask:
         return QuestionAnswerer(config)
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
-        values = config.to_dict()
-        for key in ("id2label", "label2id", "problem_type"):
-            values.pop(key, None)
-        values.update(finetuning_task=self.name, bertforge_task=asdict(self))
-        return BertConfig(**values)
+        return finetuned_config(config, self, drop=("id2label", "problem_type"))
 
     # ---- answers -------------------------------------------------------------------------------
 
     def predict(self, model, features: list[dict], batch_size: int = 32) -> list[tuple]:
         """(start logits, end logits) of each window's tokens."""
         out = [None] * len(features)
-        pad_id = model.bert.config.pad_token_id
-        for rows in in_length_order(features, batch_size, self.length):
-            batch = to_device(self.collate([features[i] for i in rows], pad_id), device_of(model))
+        for rows, batch in inference_batches(model, self, features, batch_size):
             start, end = model.logits(batch)
             for i, s, e in zip(rows, start.float().cpu(), end.float().cpu()):
                 n = len(features[i]["ids"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,7 @@ from ..heads import ClassifierHead
 from ..masking import IGNORE
 from ..metrics import entities, entity_scores
 from ..model import Bert, init_weights
-from .common import device_of, in_length_order, pad, to_device
+from .common import encoder_inputs, finetuned_config, inference_batches, pad
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")
 
@@ -140,10 +140,7 @@ class TaggingTask:
         return len(feature["ids"])
 
     def collate(self, features: list[dict], pad_id: int = 0) -> dict:
-        ids = pad([f["ids"] for f in features], pad_id)
-        batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
-                 "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
-                 "tokens": sum(len(f["ids"]) for f in features)}
+        batch = encoder_inputs(features, pad_id)
         if "labels" in features[0]:
             batch["labels"] = pad([f["labels"] for f in features], IGNORE)
             batch["counts"] = {self.term: int((batch["labels"] != IGNORE).sum())}
@@ -153,20 +150,13 @@ class TaggingTask:
         return TokenClassifier(config)
 
     def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:
-        values = config.to_dict()
-        values.update(id2label=dict(enumerate(names)), finetuning_task=self.name, bertforge_task=asdict(self))
-        if classifier_dropout is not None:
-            values["classifier_dropout"] = classifier_dropout
-        values.pop("label2id", None)
-        values.pop("problem_type", None)
-        return BertConfig(**values)
+        extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
+        return finetuned_config(config, self, drop=("problem_type",), id2label=dict(enumerate(names)), **extra)
 
     def predict(self, model, features: list[dict], batch_size: int = 64) -> list[list[int]]:
         """The predicted label id of every word of every sentence (0, "O", for words cut off)."""
         out = [None] * len(features)
-        pad_id = model.bert.config.pad_token_id
-        for rows in in_length_order(features, batch_size, self.length):
-            batch = to_device(self.collate([features[i] for i in rows], pad_id), device_of(model))
+        for rows, batch in inference_batches(model, self, features, batch_size):
             best = model.logits(batch).argmax(-1).cpu()  # (B, T)
             for i, row in zip(rows, best):
                 f = features[i]
