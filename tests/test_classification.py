@@ -119,6 +119,10 @@ def test_bad_input_names_file_and_line(base_model, tmp_path):
         make_task("classification").read(train)
     with pytest.raises(BertforgeError, match="unknown task 'sst3'"):
         make_task("sst3")
+    one = write_tsv(tmp_path / "one.tsv", [("good", "1"), ("fine", "1")])
+    with pytest.raises(BertforgeError, match="one.tsv: every training example has the label '1'"):
+        make_task("classification", text_column="sentence").label_names(
+            make_task("classification", text_column="sentence").read(one))
 
 
 def test_long_texts_are_counted_as_truncated(base_model, tmp_path):

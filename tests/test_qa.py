@@ -108,6 +108,17 @@ def test_squad2_no_answer_labels_and_scores(base_model, tmp_path):
     with torch.no_grad():
         scores = task.score(task.predict(model.eval(), features), features, None, questions)
     assert {"HasAns_exact", "NoAns_exact", "best_f1", "best_f1_threshold"} <= set(scores)
+    assert task.label_names(questions) is None and task.version_2
+    # Prediction input carries no labels: answerable and unanswerable questions batch together.
+    unlabelled = task.read(data, with_labels=False)
+    features, _ = task.featurize(unlabelled, Tokenizer.from_pretrained(base_model))
+    with torch.no_grad():
+        logits = task.predict(model, features)
+    texts, margins = task.answers(logits, features, unlabelled)
+    task.null_threshold = min(margins.values()) - 1  # every question now prefers "no answer"
+    assert set(task.outputs(logits, None, unlabelled, features).values()) == {""}
+    task.version_2 = False  # a SQuAD 1.1 model always answers
+    assert task.outputs(logits, None, unlabelled, features) == texts
 
 
 def test_answer_start_that_misses_its_text_names_the_question(tmp_path):
@@ -118,6 +129,10 @@ def test_answer_start_that_misses_its_text_names_the_question(tmp_path):
         make_task("qa").read(str(path))
     path.write_text(json.dumps({"version": 1}))
     with pytest.raises(BertforgeError, match="not a SQuAD file"):
+        make_task("qa").read(str(path))
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "abc", "qas": [
+        {"id": "x2", "question": "q?", "answers": []}]}]}]}))
+    with pytest.raises(BertforgeError, match="question x2: no answers, and not marked is_impossible"):
         make_task("qa").read(str(path))
 
 

@@ -74,6 +74,10 @@ def test_schemes_convert_without_changing_entities():
     assert iob1 == "I-PER I-PER O I-LOC B-LOC I-LOC O I-ORG".split()
     for tags in (bioes, iob1):
         assert entities(tags) == entities(iob2) and convert(tags, "IOB2") == iob2
+    singles = "B-PER B-PER B-PER O B-LOC".split()  # three one-word people in a row
+    assert convert(singles, "IOB1") == "I-PER B-PER B-PER O I-LOC".split()
+    assert entities(convert(singles, "IOB1")) == entities(singles) == [("PER", 0, 0), ("PER", 1, 1), ("PER", 2, 2),
+                                                                        ("LOC", 4, 4)]
 
 
 def test_the_first_piece_of_each_word_carries_the_label(base_model, tmp_path):
@@ -142,3 +146,9 @@ def test_conll2003_reader_on_the_real_files(shared_data):
     valid = task.read(os.path.join(shared_data, "conll2003", "valid.txt"))
     assert (len(train), len(valid)) == (14041, 3250)
     assert task.label_names(train) == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+
+
+def test_tags_without_entity_prefixes_are_chosen_by_accuracy(tmp_path):
+    task = make_task("ner", tag_column=1)  # the POS column
+    sentences = task.read(write_conll(tmp_path / "t.txt"))
+    assert task.label_names(sentences) == ["NNP"] and task.metrics == ("accuracy",)

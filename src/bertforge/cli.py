@@ -125,9 +125,11 @@ def cmd_embed(args) -> None:
     layers = int(args.layers) if args.layers.lstrip("-").isdigit() else args.layers
     vectors = embed(args.model, texts, layers, args.pooling, args.batch_size, args.max_length)
     tokens = None
-    if args.pooling == "tokens":
-        tokenizer = Tokenizer.from_pretrained(args.model)
-        tokens = [e.tokens for e in tokenizer.encode_batch(texts, max_length=args.max_length or 512)]
+    if args.pooling == "tokens":  # cut exactly as embed() cuts, so tokens and vectors line up
+        from .hf import read_config
+
+        limit = args.max_length or read_config(args.model).max_position_embeddings
+        tokens = [e.tokens for e in Tokenizer.from_pretrained(args.model).encode_batch(texts, max_length=limit)]
     write_embeddings(args.output, vectors, texts, tokens)
     shape = vectors.shape if hasattr(vectors, "shape") else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}"
     print(f"wrote {shape} vectors to {args.output}", file=sys.stderr)

@@ -41,15 +41,14 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     task.check_labels(dev_examples, names)
     train_features, cut = task.featurize(train_examples, tokenizer, names)
     dev_features, dev_cut = task.featurize(dev_examples, tokenizer, names)
-    for name, n, total in (("training", cut, len(train_features)), ("dev", dev_cut, len(dev_features))):
+    for name, n, total in (("training", cut, len(train_examples)), ("dev", dev_cut, len(dev_examples))):
         if n and rank == 0:
-            print(f"{name}: {n} of {total} examples are longer than {task.max_seq_length} tokens and were "
-                  "truncated (raise --max-seq-length to keep more)", file=sys.stderr)
+            print(f"{name}: {task.truncation_message(n, total)}", file=sys.stderr)
 
     config = task.configure(read_config(model), names, classifier_dropout)
     torch.manual_seed(options.seed)
     net = task.build_model(config)
-    load_into(net, model, new_heads=True)  # the encoder (and a head of the same shape, if there is one)
+    load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
     pad_id = tokenizer.pad_id
     data = FinetuneData(train_features, lambda f: task.collate(f, pad_id), task.length, batch_size, options.seed,
                         rank, world, options.accum)
@@ -112,8 +111,7 @@ def predict(directory: str, input_file: str | None, output_file: str | None, bat
         raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
     features, cut = task.featurize(examples, tokenizer, names)
     if cut:
-        print(f"{cut} of {len(features)} examples were longer than {task.max_seq_length} tokens and were cut",
-              file=sys.stderr)
+        print(task.truncation_message(cut, len(examples)), file=sys.stderr)
     with torch.no_grad():
         outputs = task.outputs(task.predict(model, features, batch_size), names, examples, features)
     stream = open(output_file, "w", encoding="utf-8") if output_file else sys.stdout

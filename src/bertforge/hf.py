@@ -199,8 +199,11 @@ def load_pretrained(directory: str, cls=Bert, device: str | torch.device = "cpu"
     return model.to(device)
 
 
-def load_into(model: nn.Module, directory: str, new_heads: bool = False, config: BertConfig | None = None) -> None:
-    """Copy the weights of an HF BERT directory into an existing `model` (see `load_pretrained`)."""
+def load_into(model: nn.Module, directory: str, new_heads: bool = False, config: BertConfig | None = None,
+              heads: bool = True) -> None:
+    """Copy the weights of an HF BERT directory into an existing `model` (see `load_pretrained`).
+    With `heads=False` only the encoder is read: a new task starts with a fresh head even when the
+    checkpoint has one (of another task, or with other labels)."""
     config = config or read_config(directory)
     tensors, source = read_weights(directory)
     _check_tokenizer(directory, config)
@@ -214,13 +217,14 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
             if getattr(model, name, None) is None:
                 continue
             for ours, theirs in pairs:
-                if theirs in tensors:
+                if theirs in tensors and heads:
                     state[f"{name}.{ours}"] = tensors[theirs]
                     used.add(theirs)
                 elif new_heads:
                     fresh.add(f"{name}.{ours}")
     unexpected = [k for k in tensors if k not in used and not k.startswith(KNOWN_HEAD_PREFIXES)]
     load_state(model, state, source, unexpected, allowed_missing | fresh, quiet=fresh)
+
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,

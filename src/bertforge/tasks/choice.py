@@ -83,6 +83,10 @@ class MultipleChoiceTask:
             features.append(f)
         return features, cut
 
+    def truncation_message(self, cut: int, total: int) -> str:
+        return (f"{cut} of {total} examples have a (context, ending) pair longer than {self.max_seq_length} "
+                "tokens, cut to fit (raise --max-seq-length to keep more)")
+
     @property
     def term(self) -> str:
         return "choice"

@@ -76,6 +76,10 @@ class ClassificationTask:
         for e in train:
             if e["label"] not in known:
                 raise BertforgeError(f"{e['where']}: label {e['label']!r} is not one of {', '.join(names)}")
+        if len({e["label"] for e in train}) < 2:
+            where = train[0]["where"].rsplit(",", 1)[0]
+            raise BertforgeError(f"{where}: every training example has the label {train[0]['label']!r}; "
+                                 "a classifier needs at least two classes")
         return names
 
     def check_labels(self, examples: list[dict], names: list[str] | None) -> None:
@@ -103,6 +107,10 @@ class ClassificationTask:
                 f["label"] = e["label"] if self.regression else index[e["label"]]
             features.append(f)
         return features, sum(enc.truncated for enc in encodings)
+
+    def truncation_message(self, cut: int, total: int) -> str:
+        return (f"{cut} of {total} examples are longer than {self.max_seq_length} tokens and were cut "
+                "(raise --max-seq-length to keep more)")
 
     @property
     def term(self) -> str:

@@ -36,6 +36,7 @@ class QuestionAnsweringTask:
     max_answer_length: int = 30
     n_best: int = 20
     null_threshold: float = 0.0
+    version_2: bool = False  # SQuAD 2.0: questions may have no answer (set from the training data)
     family: str = "qa"
     regression: bool = False
     metrics: tuple = ("f1", "exact")
@@ -73,21 +74,31 @@ class QuestionAnsweringTask:
                 for qa in paragraph.get("qas", []):
                     where = f"{path}, question {qa.get('id')}"
                     answers = qa.get("answers", []) if with_labels else []
+                    impossible = bool(qa.get("is_impossible", False))
+                    if with_labels and not answers and not impossible:
+                        raise BertforgeError(f"{where}: no answers, and not marked is_impossible")
                     for answer in answers:
                         start, text = answer.get("answer_start"), answer.get("text", "")
                         if not isinstance(start, int) or context[start: start + len(text)] != text:
                             raise BertforgeError(f"{where}: answer_start {start} does not point at the answer "
                                                  f"{text!r} (the context has {context[start: start + len(text)]!r} "
                                                  "there)" if isinstance(start, int) else f"{where}: no answer_start")
-                    questions.append({"id": qa["id"], "question": qa["question"], "context": context,
-                                      "answers": answers, "impossible": bool(qa.get("is_impossible", False)),
-                                      "where": where})
+                    question = {"id": qa["id"], "question": qa["question"], "context": context, "where": where}
+                    if with_labels:
+                        question.update(answers=answers, impossible=impossible)
+                    questions.append(question)
         if not questions:
             raise BertforgeError(f"{path}: no questions in the file")
         return questions
 
     def label_names(self, train: list[dict]):
+        """No labels; but whether any training question is unanswerable decides SQuAD 2.0."""
+        self.version_2 = any(q["impossible"] for q in train)
         return None
+
+    def truncation_message(self, cut: int, total: int) -> str:
+        return (f"{cut} of {total} questions are longer than {self.max_query_length} tokens and were cut "
+                "(raise --max-query-length to keep more); long contexts are read in windows")
 
     def check_labels(self, examples, names) -> None:
         pass
@@ -122,7 +133,8 @@ class QuestionAnsweringTask:
                 if end >= len(doc_ids):
                     break
                 begin += min(end - begin, self.doc_stride)
-            answer = q["answers"][0] if q["answers"] and not q["impossible"] else None
+            labelled = "answers" in q
+            answer = q["answers"][0] if labelled and q["answers"] and not q["impossible"] else None
             for w, (begin, end) in enumerate(windows):
                 ids = [tokenizer.cls_id, *query, tokenizer.sep_id, *doc_ids[begin:end], tokenizer.sep_id]
                 shift = len(query) + 2  # position of the window's first token
@@ -131,11 +143,13 @@ class QuestionAnsweringTask:
                     "offsets": offsets[begin:end], "shift": shift,
                     "max_context": [_is_max_context(windows, w, begin + i) for i in range(end - begin)],
                 }
-                if answer is not None or q["impossible"]:
+                if labelled:
                     feature["start"], feature["end"] = 0, 0
                     if answer is not None:
-                        first_char = answer["answer_start"]
-                        last_char = first_char + len(answer["text"]) - 1
+                        # White space around an answer is not part of any token: leave it out.
+                        text = answer["text"]
+                        first_char = answer["answer_start"] + len(text) - len(text.lstrip())
+                        last_char = answer["answer_start"] + len(text.rstrip()) - 1
                         inside = [i for i in range(end - begin) if offsets[begin + i][1] > first_char
                                   and offsets[begin + i][0] <= last_char]
                         if inside and offsets[begin + inside[0]][0] <= first_char and \
@@ -154,7 +168,7 @@ class QuestionAnsweringTask:
 
     def collate(self, features: list[dict], pad_id: int = 0) -> dict:
         batch = encoder_inputs(features, pad_id)
-        if "start" in features[0]:
+        if all("start" in f for f in features):
             batch["start"] = torch.tensor([f["start"] for f in features])
             batch["end"] = torch.tensor([f["end"] for f in features])
             batch["counts"] = {self.term: len(features)}
@@ -202,13 +216,14 @@ class QuestionAnsweringTask:
                         context = questions[q]["context"]
                         entry.update(score=score, text=context[f["offsets"][i][0]: f["offsets"][j][1]])
         texts = {questions[q]["id"]: e["text"] for q, e in best.items()}
-        margins = {questions[q]["id"]: e["null"] - e["score"] for q, e in best.items()}
+        # No valid span at all (an empty context, say): a large finite margin, so JSON stays valid.
+        margins = {questions[q]["id"]: min(e["null"] - e["score"], 1e9) for q, e in best.items()}
         return texts, margins
 
     def score(self, logits, features, names, questions) -> dict:
         texts, margins = self.answers(logits, features, questions)
         golds = {q["id"]: [a["text"] for a in q["answers"]] if not q["impossible"] else [] for q in questions}
-        v2 = any(q["impossible"] for q in questions)
+        v2 = self.version_2 or any(q["impossible"] for q in questions)
         predictions = {k: ("" if v2 and margins[k] > self.null_threshold else t) for k, t in texts.items()}
         result = {k: round(v, 3) if isinstance(v, float) else v for k, v in squad_scores(predictions, golds).items()}
         if v2:
@@ -222,6 +237,8 @@ class QuestionAnsweringTask:
     def outputs(self, logits, names, questions: list[dict], features: list[dict]) -> dict:
         """The official prediction file: {question id: answer text} ("" for no answer)."""
         texts, margins = self.answers(logits, features, questions)
+        if not self.version_2:
+            return texts
         return {k: ("" if margins[k] > self.null_threshold else t) for k, t in texts.items()}
 
 

@@ -36,7 +36,8 @@ def convert(tags: list[str], scheme: str) -> list[str]:
             elif scheme == "BIOES":
                 prefix = "S" if first == last else "B" if i == first else "E" if i == last else "I"
             elif scheme == "IOB1":  # B- only where an entity directly follows one of the same type
-                prefix = "B" if i == first and first > 0 and out[first - 1] == f"I-{kind}" else "I"
+                touching = first > 0 and out[first - 1] != "O" and out[first - 1].endswith(f"-{kind}")
+                prefix = "B" if i == first and touching else "I"
             else:
                 raise BertforgeError(f"unknown tagging scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
             out[i] = f"{prefix}-{kind}"
@@ -85,21 +86,23 @@ class TaggingTask:
                                          f"{width} ({line.strip()!r})")
                 if not words:
                     start = number
-                try:
-                    words.append(columns[self.word_column])
-                    if with_labels:
-                        tags.append(columns[self.tag_column])
-                except IndexError:
-                    raise BertforgeError(f"{path}, line {number}: no column {self.tag_column} "
-                                         f"in {len(columns)} columns") from None
+                for column in (self.word_column, self.tag_column) if with_labels else (self.word_column,):
+                    if not -len(columns) <= column < len(columns):
+                        raise BertforgeError(f"{path}, line {number}: no column {column} in {len(columns)} columns")
+                words.append(columns[self.word_column])
+                if with_labels:
+                    tags.append(columns[self.tag_column])
             close(number + 1 if width else 1)
         if not sentences:
             raise BertforgeError(f"{path}: no sentences in the file")
         return sentences
 
     def label_names(self, train: list[dict]) -> list[str]:
-        """"O" first, then the entity tags sorted by type and position (B, I, E, S)."""
+        """"O" first, then the entity tags sorted by type and position (B, I, E, S). Tags without
+        entity prefixes (POS, say) are scored, and the best model chosen, by accuracy."""
         seen = {t for s in train for t in s["tags"]}
+        if not any(t[:2] in ("B-", "I-", "E-", "S-") for t in seen):
+            self.metrics = ("accuracy",)
         return sorted(seen, key=lambda t: (t != "O", t.partition("-")[2], t))
 
     def check_labels(self, sentences: list[dict], names: list[str]) -> None:
@@ -131,6 +134,10 @@ class TaggingTask:
             features.append(f)
         return features, sum(e.truncated for e in encodings)
 
+    def truncation_message(self, cut: int, total: int) -> str:
+        return (f"{cut} of {total} sentences are longer than {self.max_seq_length} tokens: their last words get "
+                "no prediction (read as O); raise --max-seq-length to keep them")
+
     @property
     def term(self) -> str:
         return "tag"
@@ -154,23 +161,24 @@ class TaggingTask:
         return finetuned_config(config, self, drop=("problem_type",), id2label=dict(enumerate(names)), **extra)
 
     def predict(self, model, features: list[dict], batch_size: int = 64) -> list[list[int]]:
-        """The predicted label id of every word of every sentence (0, "O", for words cut off)."""
+        """The predicted label id of every word of every sentence (-1 for words cut off, read as "O")."""
         out = [None] * len(features)
         for rows, batch in inference_batches(model, self, features, batch_size):
             best = model.logits(batch).argmax(-1).cpu()  # (B, T)
             for i, row in zip(rows, best):
                 f = features[i]
-                out[i] = [int(row[f["first_piece"][w]]) if w in f["first_piece"] else 0 for w in range(f["words"])]
+                out[i] = [int(row[f["first_piece"][w]]) if w in f["first_piece"] else -1 for w in range(f["words"])]
         return out
 
     def score(self, predicted: list[list[int]], features: list[dict], names: list[str], sentences: list[dict]) -> dict:
         gold = [s["tags"] for s in sentences]
-        tags = [[names[i] for i in p] for p in predicted]
+        tags = [[names[i] if i >= 0 else "O" for i in p] for p in predicted]
         result = entity_scores(tags, gold)
         words = sum(len(g) for g in gold)
         token_accuracy = sum(a == b for p, g in zip(tags, gold) for a, b in zip(p, g)) / max(words, 1)
-        return {"f1": round(100 * result["f1"], 3), "precision": round(100 * result["precision"], 3),
-                "recall": round(100 * result["recall"], 3), "accuracy": round(100 * token_accuracy, 3)}
+        scores = {"f1": round(100 * result["f1"], 3), "precision": round(100 * result["precision"], 3),
+                  "recall": round(100 * result["recall"], 3), "accuracy": round(100 * token_accuracy, 3)}
+        return {k: scores[k] for k in dict.fromkeys([*self.metrics, *scores])}  # the selection metric first
 
     def from_lines(self, lines: list[str]) -> list[dict]:
         """Sentences from plain text, one per line, words split at white space (standard input)."""
@@ -180,7 +188,7 @@ class TaggingTask:
     def outputs(self, predicted: list[list[int]], names: list[str], sentences: list[dict], features=None) -> list[dict]:
         out = []
         for p, s in zip(predicted, sentences):
-            tags = [names[i] for i in p]
+            tags = [names[i] if i >= 0 else "O" for i in p]
             found = [{"type": kind, "start": first, "end": last + 1, "text": " ".join(s["words"][first: last + 1])}
                      for kind, first, last in entities(tags)]
             out.append({"words": s["words"], "tags": tags, "entities": found})
