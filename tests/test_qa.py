@@ -143,3 +143,23 @@ def test_squad_dev_split_by_articles(shared_data):
     train, dev = task.read(path + "@0-37"), task.read(path + "@38-47")
     assert len(everything) == 10570 and len(train) + len(dev) == 10570
     assert not {q["context"] for q in train} & {q["context"] for q in dev}
+
+
+def test_answer_search_uses_only_tokens_in_their_max_context_window():
+    task = make_task("qa")
+    context = "alpha beta gamma"
+    offsets = [(0, 5), (6, 10), (11, 16)]
+    question = [{"id": "q", "question": "?", "context": context}]
+
+    def window(max_context):  # [CLS] ? [SEP] alpha beta gamma [SEP]
+        return {"question": 0, "offsets": offsets, "shift": 3, "max_context": max_context, "ids": [0] * 7}
+
+    features = [window([True, False, True]), window([False, True, False])]
+    strong, weak = torch.full((7,), -5.0), torch.full((7,), -5.0)
+    strong[4] = 9.0  # "beta" scores highest in the window that is not its home ...
+    weak[4] = 6.0  # ... and lower in the window that is
+    texts, _ = task.answers([(strong, strong), (weak, weak)], features, question)
+    assert texts == {"q": "beta"}
+    features[1]["max_context"] = [False, False, False]  # no window is beta's home: it is never chosen
+    texts, _ = task.answers([(strong, strong), (weak, weak)], features, question)
+    assert texts["q"] != "beta"

@@ -226,15 +226,23 @@ def _prose_units(lines: Iterator[str], report: FileReport):
         report.repaired("empty document skipped")
 
 
+def json_object(path: str, number: int, line: str) -> dict:
+    """One line of a JSONL file as a dict, or an error naming the file and line."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{path}, line {number}: not valid JSON ({e.msg})") from None
+    if not isinstance(record, dict):
+        raise BertforgeError(f"{path}, line {number}: expected a JSON object")
+    return record
+
+
 def _jsonl_units(path: str, lines: Iterator[str], report: FileReport, text_field: str):
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BertforgeError(f"{path}, line {number}: not valid JSON ({e.msg})") from None
-        if not isinstance(record, dict) or text_field not in record:
+        record = json_object(path, number, line)
+        if text_field not in record:
             raise BertforgeError(f"{path}, line {number}: no {text_field!r} field")
         text = record[text_field]
         if not isinstance(text, str):

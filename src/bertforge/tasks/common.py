@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import sys
+from dataclasses import asdict
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 
 from ..batches import Position
+from ..config import BertConfig
+from ..corpus import json_object
 from ..errors import BertforgeError
 
 csv.field_size_limit(sys.maxsize)
@@ -32,13 +34,7 @@ def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]
             for number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise BertforgeError(f"{path}, line {number}: not valid JSON ({e.msg})") from None
-                if not isinstance(record, dict):
-                    raise BertforgeError(f"{path}, line {number}: expected a JSON object")
-                rows.append((number, record))
+                rows.append((number, json_object(path, number, line)))
         else:
             tsv = not path.endswith(".csv")
             reader = csv.reader(f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
@@ -133,10 +129,6 @@ def inference_batches(model, task, features: list, batch_size: int) -> Iterator[
 
 def finetuned_config(config, task, drop: tuple = (), **updates):
     """The config of a model fine-tuned for `task`: the task saved in it, keys of other heads dropped."""
-    from dataclasses import asdict
-
-    from ..config import BertConfig
-
     values = {k: v for k, v in config.to_dict().items() if k not in ("label2id", *drop)}
     values.update(finetuning_task=task.name, bertforge_task=asdict(task), **updates)
     return BertConfig(**values)
