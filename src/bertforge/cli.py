@@ -10,6 +10,10 @@ import json
 import sys
 
 from .config import PRESETS
+
+# The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
+# checks the two agree).
+OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra"]
 from .errors import BertforgeError
 
 
@@ -37,21 +41,28 @@ def cmd_info(args) -> None:
 
 def cmd_pretrain(args) -> None:
     from .batches import MaskingOptions
-    from .pretrain import pretrain
+    from .pretrain import OBJECTIVES, pretrain, training_defaults
     from .trainer import TrainOptions
 
     if args.steps is None and args.max_minutes is None:
         raise BertforgeError("give a budget: --steps, --max-minutes, or both")
+    defaults = training_defaults(args.objective)
+    if args.lr is not None:
+        defaults["lr"] = args.lr
+    if args.beta2 is not None:
+        defaults["betas"] = (0.9, args.beta2)
     options = TrainOptions(
-        out=args.out, steps=args.steps, max_minutes=args.max_minutes, lr=args.lr, warmup=args.warmup,
+        **defaults, out=args.out, steps=args.steps, max_minutes=args.max_minutes, warmup=args.warmup,
         schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum, clip=args.clip,
         precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
         eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
         progress=not args.quiet,
     )
-    masking = MaskingOptions(args.mask_prob, args.replace_prob, args.random_prob, args.whole_word)
+    masking = MaskingOptions(args.mask_prob, args.replace_prob, args.random_prob, args.whole_word,
+                             scheme=args.masking or OBJECTIVES[args.objective].masking)
     result = pretrain(
-        args.corpus, args.out, preset=args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+        args.corpus, args.out, objective=args.objective, generator_fraction=args.generator_fraction,
+        preset=args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         lowercase=not args.cased, max_seq_length=args.max_seq_length, batch_size=args.batch_size,
         short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
@@ -128,7 +139,7 @@ def cmd_embed(args) -> None:
     if args.pooling == "tokens":  # cut exactly as embed() cuts, so tokens and vectors line up
         from .hf import read_config
 
-        limit = args.max_length or read_config(args.model).max_position_embeddings
+        limit = args.max_length or read_config(args.model).max_length
         tokens = [e.tokens for e in Tokenizer.from_pretrained(args.model).encode_batch(texts, max_length=limit)]
     write_embeddings(args.output, vectors, texts, tokens)
     shape = vectors.shape if hasattr(vectors, "shape") else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}"
@@ -169,12 +180,18 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("model", help="an HF BERT checkpoint directory")
     info.set_defaults(func=cmd_info)
 
-    pre = commands.add_parser("pretrain", help="pretrain a BERT (MLM + NSP) on a text corpus",
+    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT or ELECTRA on a corpus",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     pre.add_argument("--corpus", nargs="+", required=True,
                      help="text files, folders or globs (.txt, .jsonl, optionally .gz)")
     pre.add_argument("--out", required=True, help="run directory: checkpoints, final model, metrics")
+    pre.add_argument("--objective", default="bert", choices=OBJECTIVE_NAMES,
+                     help="bert: MLM + next-sentence prediction; roberta: MLM on packed full sentences; "
+                          "span: SpanBERT span masking + span-boundary objective; albert: factorised embeddings, "
+                          "shared layers, n-gram masking + sentence order; electra: replaced-token detection")
     pre.add_argument("--preset", default="bert-mini", choices=sorted(PRESETS), help="model size")
+    pre.add_argument("--generator-fraction", type=float, default=0.25,
+                     help="ELECTRA: the generator's width as a fraction of the discriminator's")
     pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")
     pre.add_argument("--vocab-size", type=int, default=30522, help="size of a vocabulary learned on the corpus")
     pre.add_argument("--cased", action="store_true", help="keep case when learning the vocabulary")
@@ -184,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     data = pre.add_argument_group("data")
     data.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance, with [CLS] and [SEP]s")
-    data.add_argument("--batch-size", type=int, default=32, help="instances per optimizer step (all processes)")
+    data.add_argument("--batch-size", type=int,
+                      help="instances per optimizer step, all processes (default: 64 for roberta, else 32)")
     data.add_argument("--short-seq-prob", type=float, default=0.1, help="share of documents given a shorter target")
     data.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
                       help="lines: one sentence per line, blank line between documents; prose: paragraphs")
@@ -195,9 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     mask.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens predicted")
     mask.add_argument("--replace-prob", type=float, default=0.8, help="share of those replaced by [MASK]")
     mask.add_argument("--random-prob", type=float, default=0.1, help="share of those replaced by a random token")
-    mask.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together")
+    mask.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together (token scheme)")
+    mask.add_argument("--masking", choices=["token", "span", "ngram"],
+                      help="token: BERT; span: SpanBERT's geometric whole-word spans; ngram: ALBERT's n-grams "
+                           "(default: the objective's: span for span, ngram for albert, else token)")
     opt = pre.add_argument_group("optimization")
-    opt.add_argument("--lr", type=float, default=1e-4, help="peak learning rate")
+    opt.add_argument("--lr", type=float, help="peak learning rate (default: 2e-4 for roberta, else 1e-4)")
+    opt.add_argument("--beta2", type=float, help="Adam beta2 (default: 0.98 for roberta, else 0.999)")
     opt.add_argument("--warmup", type=float, default=0.01, help="warm-up: a fraction of the steps (<1) or steps")
     opt.add_argument("--schedule", choices=["linear", "one-cycle", "constant"], default="linear",
                      help="decay after warm-up")

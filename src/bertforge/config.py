@@ -1,4 +1,7 @@
-"""Model configuration: a dataclass whose field names are the keys of a Hugging Face BERT `config.json`.
+"""Model configuration: a dataclass whose field names are the keys of a Hugging Face `config.json`.
+
+One config serves the four encoder families we train and export: BERT, ALBERT, RoBERTa and ELECTRA.
+They share the Transformer layer; they differ in the few fields below `model_type`.
 
 Torch-free on purpose, so that configs can be read, validated and printed without loading a model.
 """
@@ -21,7 +24,17 @@ _HF_BOOKKEEPING = {
     "torch_dtype", "dtype", "output_attentions", "output_hidden_states", "return_dict",
     "is_decoder", "add_cross_attention", "tie_word_embeddings", "chunk_size_feed_forward",
     "bos_token_id", "eos_token_id", "sep_token_id", "tokenizer_class", "task_specific_params",
+    "is_encoder_decoder",
+    # Settings of HF's own task heads (ALBERT's classifier dropout, ELECTRA's multiple-choice
+    # summary); our heads take theirs from `classifier_dropout` and the family.
+    "classifier_dropout_prob", "summary_type", "summary_use_proj", "summary_activation",
+    "summary_last_dropout", "summary_first_dropout",
 }
+
+# The encoder families, by HF `model_type`. ALBERT and ELECTRA may have word embeddings narrower
+# than the hidden size (`embedding_size`), projected up; ALBERT shares one layer's weights across
+# layers (`num_hidden_groups` sets of weights); RoBERTa numbers positions from pad_token_id + 1.
+MODEL_TYPES = ("bert", "albert", "roberta", "electra")
 
 
 @dataclass
@@ -46,6 +59,9 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     model_type: str = "bert"
+    embedding_size: int | None = None  # ALBERT and ELECTRA; None: the hidden size
+    num_hidden_groups: int | None = None  # ALBERT: distinct sets of layer weights (1: all shared)
+    inner_group_num: int | None = None  # ALBERT: layers per group; only 1 is supported, as released
     architectures: list[str] = field(default_factory=lambda: ["BertModel"])
     # Fine-tuned models: HF's own keys for the head, so `AutoModelFor...` rebuilds it ...
     id2label: dict[int, str] | None = None
@@ -73,7 +89,32 @@ class BertConfig:
                f"a divisor of hidden_size={self.hidden_size}", self.num_attention_heads)
         _check(isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size,
                "pad_token_id", f"an id below vocab_size={self.vocab_size}", self.pad_token_id)
-        _check(self.model_type == "bert", "model_type", '"bert"', self.model_type)
+        _check(self.model_type in MODEL_TYPES, "model_type", f"one of {', '.join(MODEL_TYPES)}", self.model_type)
+        if self.model_type == "albert":
+            self.embedding_size = self.embedding_size or 128
+            self.num_hidden_groups = self.num_hidden_groups or 1
+            self.inner_group_num = self.inner_group_num or 1
+            _check(self.inner_group_num == 1, "inner_group_num", "1 (one layer per group)", self.inner_group_num)
+            _check(isinstance(self.num_hidden_groups, int) and 1 <= self.num_hidden_groups <= self.num_hidden_layers,
+                   "num_hidden_groups", f"an integer in [1, num_hidden_layers={self.num_hidden_layers}]",
+                   self.num_hidden_groups)
+        else:
+            for name in ("num_hidden_groups", "inner_group_num"):
+                _check(getattr(self, name) is None, name, "unset outside ALBERT", getattr(self, name))
+        if self.model_type == "electra":
+            self.embedding_size = self.embedding_size or self.hidden_size
+        elif self.model_type != "albert":
+            _check(self.embedding_size in (None, self.hidden_size), "embedding_size",
+                   "the hidden size (only ALBERT and ELECTRA factorise embeddings)", self.embedding_size)
+            self.embedding_size = None
+        if self.embedding_size is not None:
+            _check(isinstance(self.embedding_size, int) and self.embedding_size > 0, "embedding_size",
+                   "a positive integer", self.embedding_size)
+        if self.model_type == "roberta":
+            # Positions run from pad_token_id + 1, so the table needs that many more rows.
+            _check(self.max_position_embeddings > self.pad_token_id + 1, "max_position_embeddings",
+                   f"more than pad_token_id + 1 = {self.pad_token_id + 1} (RoBERTa's position offset)",
+                   self.max_position_embeddings)
         _check(isinstance(self.architectures, list)
                and all(isinstance(a, str) for a in self.architectures),
                "architectures", "a list of class names", self.architectures)
@@ -96,6 +137,18 @@ class BertConfig:
     @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def word_size(self) -> int:
+        """Width of the embedding tables (and of the MLM decoder): `embedding_size` or the hidden size."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def max_length(self) -> int:
+        """The longest input the position table allows (RoBERTa's offset costs pad_token_id + 1 rows)."""
+        if self.model_type == "roberta":
+            return self.max_position_embeddings - self.pad_token_id - 1
+        return self.max_position_embeddings
 
     def to_dict(self) -> dict:
         """The config as HF writes it; optional task fields appear only when set."""

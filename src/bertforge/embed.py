@@ -63,7 +63,7 @@ def embed(directory: str, texts: list[str], layers: str | int = "last", pooling:
         raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
     tokenizer = Tokenizer.from_pretrained(directory)
     model = load_pretrained(directory).eval()
-    encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_position_embeddings)
+    encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_length)
     out = [None] * len(texts)
     with torch.no_grad():
         for rows in in_length_order(encodings, batch_size):

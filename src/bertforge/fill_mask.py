@@ -16,7 +16,7 @@ class FillMask:
     def __init__(self, directory: str):
         self.tokenizer = Tokenizer.from_pretrained(directory)
         try:
-            self.model = load_pretrained(directory, cls=BertPretraining, nsp=False).eval()
+            self.model = load_pretrained(directory, cls=BertPretraining, sentence=None).eval()
         except BertforgeError as e:
             if "missing weights: mlm." in str(e):
                 raise BertforgeError(f"{directory}: no masked-LM head in this checkpoint (a BertModel?); "
@@ -25,7 +25,7 @@ class FillMask:
 
     def __call__(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """For each `[MASK]` in `text`, the `top_k` most likely tokens with their probabilities."""
-        encoding = self.tokenizer.encode(text, max_length=self.model.bert.config.max_position_embeddings)
+        encoding = self.tokenizer.encode(text, max_length=self.model.bert.config.max_length)
         positions = [i for i, token_id in enumerate(encoding.ids) if token_id == self.tokenizer.mask_id]
         if not positions:
             raise BertforgeError(f"no {MASK} in the text: {text!r}")

@@ -29,7 +29,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = Tokenizer.from_pretrained(model)
-    positions = read_config(model).max_position_embeddings
+    positions = read_config(model).max_length
     if task.max_seq_length > positions:
         if rank == 0:
             print(f"max_seq_length {task.max_seq_length} is more than the model's {positions} positions: "

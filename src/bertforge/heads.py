@@ -13,24 +13,67 @@ class MLMHead(nn.Module):
 
     The decoder matrix is not owned here: `forward` takes the word-embedding weight, which keeps
     the tie explicit. Call it on the hidden states of the masked positions only (M, H): computing
-    vocabulary logits for every token wastes most of the head's work.
+    vocabulary logits for every token wastes most of the head's work. With factorised embeddings
+    (ALBERT, ELECTRA's generator) the dense layer maps H down to the embedding width E.
     """
 
     def __init__(self, hidden_size: int, vocab_size: int, hidden_act: str = "gelu",
-                 layer_norm_eps: float = 1e-12):
+                 layer_norm_eps: float = 1e-12, embedding_size: int | None = None):
         super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
+        E = embedding_size or hidden_size
+        self.dense = nn.Linear(hidden_size, E)
         self.act = activation(hidden_act)
-        self.norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.norm = nn.LayerNorm(E, eps=layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        h = self.norm(self.act(self.dense(hidden)))  # (M, H)
+        h = self.norm(self.act(self.dense(hidden)))  # (M, E)
         return h @ word_embeddings.t() + self.bias  # (M, V)
 
 
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary objective (Joshi et al., 2020): predict each token of a masked span
+    from the encodings of the two tokens just outside it and the token's offset in the span.
+
+    y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_offset])))), then the decoder tied to the word
+    embeddings with a bias of its own. Offsets past `max_offset` share its embedding.
+    """
+
+    def __init__(self, hidden_size: int, vocab_size: int, max_offset: int = 32, layer_norm_eps: float = 1e-12):
+        super().__init__()
+        self.offset = nn.Embedding(max_offset, hidden_size)
+        self.dense1 = nn.Linear(3 * hidden_size, hidden_size)
+        self.norm1 = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dense2 = nn.Linear(hidden_size, hidden_size)
+        self.norm2 = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.act = nn.GELU()
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor, offsets: torch.Tensor,
+                word_embeddings: torch.Tensor) -> torch.Tensor:
+        """`left`, `right` (M, H): boundary encodings; `offsets` (M,): 0 for a span's first token."""
+        p = self.offset(offsets.clamp(max=self.offset.num_embeddings - 1))  # (M, H)
+        h = self.norm1(self.act(self.dense1(torch.cat([left, right, p], dim=-1))))  # (M, H)
+        h = self.norm2(self.act(self.dense2(h)))  # (M, H)
+        return h @ word_embeddings.t() + self.bias  # (M, V)
+
+
+class DiscriminatorHead(nn.Module):
+    """ELECTRA's replaced-token detector: dense -> activation -> one logit per token (1 = replaced)."""
+
+    def __init__(self, hidden_size: int, hidden_act: str = "gelu"):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act = activation(hidden_act)
+        self.prediction = nn.Linear(hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.prediction(self.act(self.dense(hidden))).squeeze(-1)  # (B, T)
+
+
 class NSPHead(nn.Module):
-    """Next-sentence prediction: two logits from the pooled [CLS] vector (0 = B follows A, 1 = random)."""
+    """Next-sentence prediction: two logits from the pooled [CLS] vector (0 = B follows A, 1 = random).
+    ALBERT's sentence-order prediction is the same head (0 = in order, 1 = swapped)."""
 
     def __init__(self, hidden_size: int):
         super().__init__()

@@ -19,8 +19,11 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .model import Bert
 
-# (ours, HF) names. `{}` stands for the layer index. HF's names are those of `BertModel`; the
-# task and pretraining classes put the encoder under `bert.` and their heads beside it.
+# (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
+# (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
+# prefix (`bert.`, `albert.`, ...) and their heads beside it.
+FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra"}
+
 EMBEDDING_KEYS = [
     ("embeddings.word.weight", "embeddings.word_embeddings.weight"),
     ("embeddings.position.weight", "embeddings.position_embeddings.weight"),
@@ -28,93 +31,158 @@ EMBEDDING_KEYS = [
     ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
     ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
 ]
-LAYER_KEYS = [
-    ("layers.{}.attention.out.weight", "encoder.layer.{}.attention.output.dense.weight"),
-    ("layers.{}.attention.out.bias", "encoder.layer.{}.attention.output.dense.bias"),
-    ("layers.{}.attention_norm.weight", "encoder.layer.{}.attention.output.LayerNorm.weight"),
-    ("layers.{}.attention_norm.bias", "encoder.layer.{}.attention.output.LayerNorm.bias"),
-    ("layers.{}.ffn_in.weight", "encoder.layer.{}.intermediate.dense.weight"),
-    ("layers.{}.ffn_in.bias", "encoder.layer.{}.intermediate.dense.bias"),
-    ("layers.{}.ffn_out.weight", "encoder.layer.{}.output.dense.weight"),
-    ("layers.{}.ffn_out.bias", "encoder.layer.{}.output.dense.bias"),
-    ("layers.{}.ffn_norm.weight", "encoder.layer.{}.output.LayerNorm.weight"),
-    ("layers.{}.ffn_norm.bias", "encoder.layer.{}.output.LayerNorm.bias"),
-]
-POOLER_KEYS = [
-    ("pooler.dense.weight", "pooler.dense.weight"),
-    ("pooler.dense.bias", "pooler.dense.bias"),
-]
+# BERT, RoBERTa and ELECTRA name a layer alike; ALBERT names its shared layer groups.
+LAYER_KEYS = {
+    "bert": [
+        ("layers.{}.attention.out.weight", "encoder.layer.{}.attention.output.dense.weight"),
+        ("layers.{}.attention.out.bias", "encoder.layer.{}.attention.output.dense.bias"),
+        ("layers.{}.attention_norm.weight", "encoder.layer.{}.attention.output.LayerNorm.weight"),
+        ("layers.{}.attention_norm.bias", "encoder.layer.{}.attention.output.LayerNorm.bias"),
+        ("layers.{}.ffn_in.weight", "encoder.layer.{}.intermediate.dense.weight"),
+        ("layers.{}.ffn_in.bias", "encoder.layer.{}.intermediate.dense.bias"),
+        ("layers.{}.ffn_out.weight", "encoder.layer.{}.output.dense.weight"),
+        ("layers.{}.ffn_out.bias", "encoder.layer.{}.output.dense.bias"),
+        ("layers.{}.ffn_norm.weight", "encoder.layer.{}.output.LayerNorm.weight"),
+        ("layers.{}.ffn_norm.bias", "encoder.layer.{}.output.LayerNorm.bias"),
+    ],
+    "albert": [
+        ("layers.{}.attention.out.weight", "encoder.albert_layer_groups.{}.albert_layers.0.attention.dense.weight"),
+        ("layers.{}.attention.out.bias", "encoder.albert_layer_groups.{}.albert_layers.0.attention.dense.bias"),
+        ("layers.{}.attention_norm.weight", "encoder.albert_layer_groups.{}.albert_layers.0.attention.LayerNorm.weight"),
+        ("layers.{}.attention_norm.bias", "encoder.albert_layer_groups.{}.albert_layers.0.attention.LayerNorm.bias"),
+        ("layers.{}.ffn_in.weight", "encoder.albert_layer_groups.{}.albert_layers.0.ffn.weight"),
+        ("layers.{}.ffn_in.bias", "encoder.albert_layer_groups.{}.albert_layers.0.ffn.bias"),
+        ("layers.{}.ffn_out.weight", "encoder.albert_layer_groups.{}.albert_layers.0.ffn_output.weight"),
+        ("layers.{}.ffn_out.bias", "encoder.albert_layer_groups.{}.albert_layers.0.ffn_output.bias"),
+        ("layers.{}.ffn_norm.weight", "encoder.albert_layer_groups.{}.albert_layers.0.full_layer_layer_norm.weight"),
+        ("layers.{}.ffn_norm.bias", "encoder.albert_layer_groups.{}.albert_layers.0.full_layer_layer_norm.bias"),
+    ],
+}
 # Exception 1: our attention has one fused projection; HF has three. Ours = cat(query, key, value)
 # along the output dimension, for both weight and bias.
 QKV_OURS = "layers.{}.attention.qkv.{}"
-QKV_HF = "encoder.layer.{}.attention.self.{}.{}"
+QKV_HF = {"bert": "encoder.layer.{}.attention.self.{}.{}",
+          "albert": "encoder.albert_layer_groups.{}.albert_layers.0.attention.{}.{}"}
 QKV_PARTS = ("query", "key", "value")
+# The projection from embedding width to hidden width (ALBERT, ELECTRA)
+PROJECTION_KEYS = {"albert": "encoder.embedding_hidden_mapping_in", "electra": "embeddings_project"}
+# Where the pooler lives. ELECTRA has none; RoBERTa's and ELECTRA's sentence classifiers hold our
+# pooler as their first layer (see `head_keys`).
+POOLER_KEYS = {"bert": "pooler.dense", "roberta": "pooler.dense", "albert": "pooler"}
 
-# Heads, by the attribute name a composite model gives them (ours relative to the head module).
-HEAD_KEYS = {
-    "mlm": [
-        ("dense.weight", "cls.predictions.transform.dense.weight"),
-        ("dense.bias", "cls.predictions.transform.dense.bias"),
-        ("norm.weight", "cls.predictions.transform.LayerNorm.weight"),
-        ("norm.bias", "cls.predictions.transform.LayerNorm.bias"),
-        ("bias", "cls.predictions.bias"),
-    ],
-    "nsp": [
-        ("dense.weight", "cls.seq_relationship.weight"),
-        ("dense.bias", "cls.seq_relationship.bias"),
-    ],
-    # BertForSequenceClassification, BertForTokenClassification, BertForMultipleChoice
-    "classifier": [("dense.weight", "classifier.weight"), ("dense.bias", "classifier.bias")],
-    # BertForQuestionAnswering: start and end logits
-    "qa": [("dense.weight", "qa_outputs.weight"), ("dense.bias", "qa_outputs.bias")],
-    # Ours alone: the ELMo-style scalar mix of a frozen-feature classifier.
-    "mix": [("weights", "bertforge_mix.weights"), ("gamma", "bertforge_mix.gamma")],
+# Heads, by the attribute name a composite model gives them (ours relative to the head module),
+# per family.
+_MLM = {
+    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
+    "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
+    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+    "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias"),
 }
+_SENTENCE = {"bert": "cls.seq_relationship", "albert": "sop_classifier.classifier"}  # NSP; ALBERT's SOP
+
+
+def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
+    return [(f"{ours}.weight", f"{theirs}.weight"), (f"{ours}.bias", f"{theirs}.bias")]
+
+
+def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[str, str]]]:
+    """(ours, HF) names of every head a model of this family and HF class may have."""
+    dense, norm, bias = _MLM[model_type]
+    heads = {
+        "mlm": _linear("dense", dense) + _linear("norm", norm) + [("bias", bias)],
+        # BertFor{Sequence,Token}Classification, BertForMultipleChoice and their kin
+        "classifier": _linear("dense", "classifier"),
+        "qa": _linear("dense", "qa_outputs"),  # start and end logits
+        "discriminator": _linear("dense", "discriminator_predictions.dense")
+        + _linear("prediction", "discriminator_predictions.dense_prediction"),
+        # Ours alone: the ELMo-style scalar mix of a frozen-feature classifier, SpanBERT's SBO head.
+        "mix": [("weights", "bertforge_mix.weights"), ("gamma", "bertforge_mix.gamma")],
+        "sbo": [(name, f"bertforge_sbo.{name}") for name in (
+            "offset.weight", "dense1.weight", "dense1.bias", "norm1.weight", "norm1.bias",
+            "dense2.weight", "dense2.bias", "norm2.weight", "norm2.bias", "bias")],
+    }
+    if model_type in _SENTENCE:
+        heads["nsp"] = _linear("dense", _SENTENCE[model_type])
+    if model_type in ("roberta", "electra") and architecture.endswith("ForSequenceClassification"):
+        heads["classifier"] = _linear("dense", "classifier.out_proj")
+    return heads
+
+
+def pooler_key(model_type: str, architecture: str = "") -> str | None:
+    """The HF name of our pooler's dense layer in this family's class (None: the class has none)."""
+    if model_type in ("roberta", "electra") and architecture.endswith("ForSequenceClassification"):
+        return "classifier.dense"  # dense -> tanh (RoBERTa) or GELU (ELECTRA) -> dropout -> out_proj
+    if model_type == "electra" and architecture.endswith("ForMultipleChoice"):
+        return "sequence_summary.summary"  # dense -> GELU, as ELECTRA's pooler
+    return POOLER_KEYS.get(model_type)
+
+
 # HF prefixes of heads we know but a given model may not use (so they are skipped, not errors).
-KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "bertforge_mix.")
+KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "predictions.", "sop_classifier.", "lm_head.",
+                       "generator_predictions.", "generator_lm_head.", "discriminator_predictions.",
+                       "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.")
 
 # Exception 2: names written by old (TF-converted) checkpoints, renamed when read.
 LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
 # Exception 3: buffers or tied copies HF may store that carry no weights of their own.
-DERIVED_KEYS = ("embeddings.position_ids", "cls.predictions.decoder.bias")
-TIED_DECODER = "cls.predictions.decoder.weight"  # must equal the word embeddings when present
+DERIVED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.predictions.decoder.bias",
+                "predictions.decoder.bias", "lm_head.decoder.bias")
+# Decoders tied to the word embeddings: must equal them when present.
+TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
+                 "generator_lm_head.weight")
 
 
-def encoder_key_map(num_layers: int) -> list[tuple[str, str]]:
-    """Every (ours, HF) name pair of an encoder with `num_layers` layers, QKV excepted."""
+def hf_class(model_type: str, architecture: str) -> str:
+    """The HF class of this family for one of ours: `BertForMaskedLM` is `RobertaForMaskedLM` in RoBERTa."""
+    return FAMILY_CLASS[model_type] + architecture.removeprefix("Bert") if architecture.startswith("Bert") \
+        else architecture
+
+
+def encoder_key_map(config: BertConfig, architecture: str = "", pooler: bool = True) -> list[tuple[str, str]]:
+    """Every (ours, HF) name pair of the encoder `config` describes, QKV excepted."""
+    family = "albert" if config.model_type == "albert" else "bert"
     pairs = list(EMBEDDING_KEYS)
-    for i in range(num_layers):
-        pairs += [(ours.format(i), theirs.format(i)) for ours, theirs in LAYER_KEYS]
-    return pairs + POOLER_KEYS
+    if config.model_type in PROJECTION_KEYS:
+        pairs += _linear("project", PROJECTION_KEYS[config.model_type])
+    for i in range(config.num_hidden_groups or config.num_hidden_layers):
+        pairs += [(ours.format(i), theirs.format(i)) for ours, theirs in LAYER_KEYS[family]]
+    theirs = pooler_key(config.model_type, architecture) if pooler else None
+    return pairs + (_linear("pooler.dense", theirs) if theirs else [])
 
 
-def encoder_to_hf(state: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
-    """Our encoder's state dict -> HF `BertModel` names."""
-    out = {theirs: state[ours] for ours, theirs in encoder_key_map(num_layers)}
-    for i in range(num_layers):
+def _qkv_names(config: BertConfig):
+    """(our fused name, HF's three names) for each layer's weight and bias."""
+    template = QKV_HF["albert" if config.model_type == "albert" else "bert"]
+    for i in range(config.num_hidden_groups or config.num_hidden_layers):
         for kind in ("weight", "bias"):
-            for part, tensor in zip(QKV_PARTS, state[QKV_OURS.format(i, kind)].chunk(3, dim=0)):
-                out[QKV_HF.format(i, part, kind)] = tensor
+            yield QKV_OURS.format(i, kind), [template.format(i, part, kind) for part in QKV_PARTS]
+
+
+def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
+    """Our encoder's state dict -> HF names (pooler-less classes drop the pooler)."""
+    pooler = "pooler.dense.weight" in state
+    out = {theirs: state[ours] for ours, theirs in encoder_key_map(config, architecture, pooler)}
+    for ours, names in _qkv_names(config):
+        out.update(zip(names, state[ours].chunk(3, dim=0)))
     return out
 
 
-def encoder_from_hf(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[dict, set[str]]:
-    """HF `BertModel` names -> our encoder's state dict, and the HF keys that were used.
+def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, architecture: str = "",
+                    pooler: bool = True) -> tuple[dict, set]:
+    """HF names -> our encoder's state dict, and the HF keys that were used.
 
     Keys the encoder needs but `tensors` lacks are simply absent from the result; the caller
     reports them, since only it knows which file they should have been in.
     """
     state, used = {}, set()
-    for ours, theirs in encoder_key_map(num_layers):
+    for ours, theirs in encoder_key_map(config, architecture, pooler):
         if theirs in tensors:
             state[ours] = tensors[theirs]
             used.add(theirs)
-    for i in range(num_layers):
-        for kind in ("weight", "bias"):
-            names = [QKV_HF.format(i, part, kind) for part in QKV_PARTS]
-            if all(n in tensors for n in names):
-                state[QKV_OURS.format(i, kind)] = torch.cat([tensors[n] for n in names], dim=0)
-                used.update(names)
+    for ours, names in _qkv_names(config):
+        if all(n in tensors for n in names):
+            state[ours] = torch.cat([tensors[n] for n in names], dim=0)
+            used.update(names)
     return state, used
 
 
@@ -127,8 +195,9 @@ def read_config(directory: str) -> BertConfig:
     return BertConfig.load(os.path.join(directory, "config.json"))
 
 
-def read_weights(directory: str) -> tuple[dict[str, torch.Tensor], str]:
-    """All tensors of a checkpoint directory under canonical HF `BertModel`-relative names.
+def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, torch.Tensor], str]:
+    """All tensors of a checkpoint directory under names relative to the encoder (`BertModel`'s,
+    `AlbertModel`'s, ...): the family's prefix is stripped.
 
     Accepts `model.safetensors`, a sharded `model.safetensors.index.json`, or `pytorch_model.bin`
     (read with `weights_only=True`). Returns the tensors and the file they came from.
@@ -151,7 +220,7 @@ def read_weights(directory: str) -> tuple[dict[str, torch.Tensor], str]:
             tensors = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # unpickling errors come in many types
             raise BertforgeError(f"{path}: cannot be read safely as weights ({e})") from None
-    return canonical_names(tensors, path), path
+    return canonical_names(tensors, path, model_type), path
 
 
 def _read_safetensors(path: str) -> dict[str, torch.Tensor]:
@@ -165,33 +234,35 @@ def _read_safetensors(path: str) -> dict[str, torch.Tensor]:
         raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
 
 
-def canonical_names(tensors: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """Strip the `bert.` prefix, rename legacy gamma/beta, drop derived keys, check the tied decoder."""
+def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: str = "bert") -> dict:
+    """Strip the family's prefix, rename legacy gamma/beta, drop derived keys, check tied decoders."""
     out = {}
     for key, tensor in tensors.items():
-        key = key.removeprefix("bert.")
+        key = key.removeprefix(model_type + ".")
         for old, new in LEGACY_SUFFIXES.items():
             if key.endswith(old) and "LayerNorm" in key:
                 key = key[: -len(old)] + new
         if key not in DERIVED_KEYS:
             out[key] = tensor
-    decoder = out.pop(TIED_DECODER, None)
     word = out.get("embeddings.word_embeddings.weight")
-    if decoder is not None and word is not None and not torch.equal(decoder, word):
-        raise BertforgeError(f"{source}: the MLM decoder is not tied to the word embeddings; "
-                             "untied decoders are not supported")
+    for name in TIED_DECODERS:
+        decoder = out.pop(name, None)
+        if decoder is not None and word is not None and not torch.equal(decoder, word):
+            raise BertforgeError(f"{source}: the MLM decoder {name} is not tied to the word embeddings; "
+                                 "untied decoders are not supported")
     return out
 
 
 def load_pretrained(directory: str, cls=Bert, device: str | torch.device = "cpu", new_heads: bool = False,
                     **options):
-    """Load any HF BERT directory (`BertModel`, `BertForPreTraining`, task models) as `cls`.
+    """Load any HF BERT, ALBERT, RoBERTa or ELECTRA directory (the encoder classes, pretraining and
+    task models) as `cls`.
 
     `cls` is `Bert` (the encoder alone: heads in the checkpoint are skipped) or a composite with
-    the encoder at `.bert` and heads named as in `HEAD_KEYS` (e.g. `BertPretraining`), whose heads
+    the encoder at `.bert` and heads named as in `head_keys` (e.g. `BertPretraining`), whose heads
     must be in the checkpoint unless `new_heads` allows fresh ones. A checkpoint without a pooler
-    (HF's `BertForMaskedLM` and token-level task models drop it) gets a freshly initialised one,
-    with a warning. `options` go to `cls` (e.g. `nsp=False`).
+    (HF's `BertForMaskedLM`, ELECTRA, token-level task models) gets a freshly initialised one,
+    with a warning. `options` go to `cls` (e.g. `sentence=None`).
     """
     config = read_config(directory)
     model = cls(config, **options)
@@ -201,19 +272,20 @@ def load_pretrained(directory: str, cls=Bert, device: str | torch.device = "cpu"
 
 def load_into(model: nn.Module, directory: str, new_heads: bool = False, config: BertConfig | None = None,
               heads: bool = True) -> None:
-    """Copy the weights of an HF BERT directory into an existing `model` (see `load_pretrained`).
+    """Copy the weights of an HF checkpoint directory into an existing `model` (see `load_pretrained`).
     With `heads=False` only the encoder is read: a new task starts with a fresh head even when the
     checkpoint has one (of another task, or with other labels)."""
     config = config or read_config(directory)
-    tensors, source = read_weights(directory)
+    tensors, source = read_weights(directory, config.model_type)
     _check_tokenizer(directory, config)
-    state, used = encoder_from_hf(tensors, config.num_hidden_layers)
+    encoder, architecture = (model, "") if isinstance(model, Bert) else (model.bert, model.architecture)
+    state, used = encoder_from_hf(tensors, config, architecture, pooler=encoder.pooler is not None)
     allowed_missing = {"pooler.dense.weight", "pooler.dense.bias"}
     fresh = set()  # new task heads: expected to be missing, so no warning
     if not isinstance(model, Bert):
         state = {"bert." + k: v for k, v in state.items()}
         allowed_missing = {"bert." + k for k in allowed_missing}
-        for name, pairs in HEAD_KEYS.items():
+        for name, pairs in head_keys(config.model_type, architecture).items():
             if getattr(model, name, None) is None:
                 continue
             for ours, theirs in pairs:
@@ -278,13 +350,27 @@ def save_pretrained(model: nn.Module, directory: str, tokenizer=None) -> None:
     """Write `model` as an HF checkpoint directory, atomically (a half-written directory never
     takes the place of a good one).
 
-    `model` is a `Bert` encoder (saved as `BertModel`) or a composite with an encoder at `.bert`,
-    head modules named as in `HEAD_KEYS`, and an `architecture` attribute naming the HF class.
+    `model` is a `Bert` encoder (saved as `BertModel`, `AlbertModel`, ...) or a composite with an
+    encoder at `.bert`, head modules named as in `head_keys`, and an `architecture` attribute naming
+    the HF class; an objective made of several models (ELECTRA) writes each (see `parts`).
     """
-    tensors, config = to_hf(model)
-    check_vocab_fits(tokenizer, config)
+    check_vocab_fits(tokenizer, (model if isinstance(model, Bert) else model.bert).config)
     with atomic_directory(directory) as tmp:
-        write_pretrained(tmp, tensors, config, tokenizer)
+        write_parts(model, tmp, tokenizer)
+
+
+def write_parts(model: nn.Module, directory: str, tokenizer=None) -> None:
+    """Write every part of `model` (see `parts`) into an existing directory."""
+    for sub, part in parts(model).items():
+        tensors, config = to_hf(part)
+        os.makedirs(os.path.join(directory, sub), exist_ok=True)
+        write_pretrained(os.path.join(directory, sub), tensors, config, tokenizer)
+
+
+def load_parts(model: nn.Module, directory: str) -> None:
+    """Read back what `write_parts` wrote (resuming a run)."""
+    for sub, part in parts(model).items():
+        load_into(part, os.path.join(directory, sub))
 
 
 def check_vocab_fits(tokenizer, config: BertConfig) -> None:
@@ -307,14 +393,23 @@ def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: B
 def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig]:
     """The HF-named tensors and config of `model` (see `save_pretrained`)."""
     if isinstance(model, Bert):
-        config = BertConfig(**{**model.config.to_dict(), "architectures": ["BertModel"]})
-        return encoder_to_hf(model.state_dict(), config.num_hidden_layers), config
-    encoder = model.bert
-    config = BertConfig(**{**encoder.config.to_dict(), "architectures": [model.architecture]})
-    tensors = {"bert." + k: v for k, v in encoder_to_hf(encoder.state_dict(), config.num_hidden_layers).items()}
-    for name, pairs in HEAD_KEYS.items():
-        head = getattr(model, name, None)
-        if head is not None:
-            head_state = head.state_dict()
-            tensors.update({theirs: head_state[ours] for ours, theirs in pairs})
+        encoder, architecture, prefix = model, "BertModel", ""
+    else:
+        encoder, architecture = model.bert, model.architecture
+        prefix = encoder.config.model_type + "."
+    model_type = encoder.config.model_type
+    config = BertConfig(**{**encoder.config.to_dict(), "architectures": [hf_class(model_type, architecture)]})
+    tensors = {prefix + k: v for k, v in encoder_to_hf(encoder.state_dict(), config, architecture).items()}
+    if prefix:
+        for name, pairs in head_keys(model_type, architecture).items():
+            head = getattr(model, name, None)
+            if head is not None:
+                head_state = head.state_dict()
+                tensors.update({theirs: head_state[ours] for ours, theirs in pairs})
     return tensors, config
+
+
+def parts(model: nn.Module) -> dict[str, nn.Module]:
+    """The HF models a training objective is saved as, by sub-directory ("" = the directory itself).
+    One for most; ELECTRA's discriminator and, in `generator/`, its generator."""
+    return model.parts() if hasattr(model, "parts") else {"": model}

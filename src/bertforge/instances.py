@@ -22,12 +22,16 @@ A_START, A_END, B_START, B_END, IS_RANDOM = range(5)
 
 
 def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int, rng: np.random.Generator,
-                     short_seq_prob: float = 0.1, nsp_prob: float = 0.5) -> np.ndarray:
+                     short_seq_prob: float = 0.1, nsp_prob: float = 0.5, order: bool = False) -> np.ndarray:
     """Instances (N, 5) for one pass over `documents` (indices into the shards), in a random order.
 
     `max_seq_length` counts [CLS] and the two [SEP]s. With probability `short_seq_prob` a
     document's target length is drawn uniformly from [2, max - 3], so that the model also sees
     short sequences. `nsp_prob` is the share of B segments taken from another document.
+
+    With `order` (ALBERT's sentence-order prediction), B always continues A and the last column
+    says whether the two were swapped (half the time): both segments come from the same document,
+    so topic gives nothing away. A chunk of a single sentence is cut inside it.
     """
     max_tokens = max_seq_length - 3
     if max_tokens < 2:
@@ -44,6 +48,15 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
         while i < n:
             if i == n - 1 or bounds[i + 1] - bounds[chunk_start] >= target:
                 chunk_end = i + 1  # sentences [chunk_start, chunk_end) are gathered
+                if order:
+                    a, b, swapped = _ordered_pair(int(bounds[chunk_start]), int(bounds[chunk_end]),
+                                                  bounds[chunk_start: chunk_end + 1], rng)
+                    a, b = _truncate_pair(a, b, max_tokens, rng)
+                    if a[1] > a[0] and b[1] > b[0]:
+                        out.extend((*(b + a if swapped else a + b), swapped))
+                    chunk_start = i + 1
+                    i += 1
+                    continue
                 a_cut = chunk_start + 1 if chunk_end - chunk_start < 2 else int(rng.integers(chunk_start + 1, chunk_end))
                 a = (int(bounds[chunk_start]), int(bounds[a_cut]))
                 if chunk_end - chunk_start == 1 or rng.random() < nsp_prob:
@@ -60,6 +73,14 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
             i += 1
     instances = np.frombuffer(out, dtype=np.int64).reshape(-1, 5)
     return instances[rng.permutation(len(instances))]
+
+
+def _ordered_pair(start: int, end: int, bounds: np.ndarray, rng: np.random.Generator):
+    """Cut tokens [start, end) into A and the B that follows it, at a sentence boundary (inside the
+    sentence when there is one), and flip a coin for swapping them."""
+    cuts = bounds[1:-1]
+    cut = int(rng.choice(cuts)) if len(cuts) else int(rng.integers(start + 1, end)) if end - start > 1 else end
+    return (start, cut), (cut, end), int(rng.random() < 0.5)
 
 
 def _random_segment(shards: Shards, documents: np.ndarray, doc: int, length: int,
@@ -95,3 +116,47 @@ def _truncate_pair(a, b, max_tokens: int, rng: np.random.Generator):
     front_a = int(rng.binomial(cut_a, 0.5))
     front_b = int(rng.binomial(cut_b, 0.5))
     return (a[0] + front_a, a[1] - (cut_a - front_a)), (b[0] + front_b, b[1] - (cut_b - front_b))
+
+
+def create_packed_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
+                            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """RoBERTa's FULL-SENTENCES inputs for one pass: whole sentences packed up to `max_seq_length`
+    (counting [CLS] and the final [SEP]), crossing document boundaries with a [SEP] between
+    documents. Documents are taken in a random order each pass; only a sentence longer than a
+    whole row is cut.
+
+    Returns (rows (N, 2), pieces (P, 3)): row i is pieces[rows[i, 0]:rows[i, 1]], each piece a
+    token range (start, end) and whether a document separator comes before it. Rows come in a
+    random order.
+    """
+    max_tokens = max_seq_length - 2
+    if max_tokens < 1:
+        raise BertforgeError(f"max_seq_length must be at least 3, got {max_seq_length}")
+    sentence_bounds, document_bounds = shards.sentences, shards.documents
+    pieces, rows = array("q"), array("q")
+    row_start, row_length = 0, 0
+    for doc in rng.permutation(documents):
+        first, last = int(document_bounds[doc]), int(document_bounds[doc + 1])
+        bounds = np.asarray(sentence_bounds[first: last + 1])
+        new_document = True
+        for k in range(last - first):
+            start, end = int(bounds[k]), int(bounds[k + 1])
+            while start < end:
+                separator = int(new_document and row_length > 0)
+                room = max_tokens - row_length - separator
+                if row_length > 0 and (room <= 0 or end - start > room):  # full: the sentence opens the next row
+                    rows.extend((row_start, len(pieces) // 3))
+                    row_start, row_length = len(pieces) // 3, 0
+                    continue
+                take = min(end - start, room)
+                if not separator and row_length > 0 and pieces[-2] == start:
+                    pieces[-2] = start + take  # the next sentence of the same document: one range
+                else:
+                    pieces.extend((start, start + take, separator))
+                row_length += take + separator
+                start += take
+                new_document = False
+    if row_length > 0:
+        rows.extend((row_start, len(pieces) // 3))
+    rows = np.frombuffer(rows, dtype=np.int64).reshape(-1, 2)
+    return rows[rng.permutation(len(rows))], np.frombuffer(pieces, dtype=np.int64).reshape(-1, 3)

@@ -2,7 +2,12 @@
 
 embeddings (token + position + segment, LayerNorm, dropout) -> N post-LayerNorm Transformer layers
 -> tanh pooler over [CLS]. Imports only torch and the config: training, data, heads and checkpoint
-formats live elsewhere. Shapes: B batch, T tokens, H hidden, N heads, D head size (H = N * D).
+formats live elsewhere. Shapes: B batch, T tokens, H hidden, N heads, D head size (H = N * D),
+E embedding width (= H except in ALBERT and ELECTRA).
+
+The descendants differ from BERT in three places only, each marked where it happens:
+ALBERT and ELECTRA embed in E < H dimensions and project up; ALBERT applies one set of layer
+weights to every layer; RoBERTa numbers positions from pad_token_id + 1, skipping padding.
 """
 
 from __future__ import annotations
@@ -32,14 +37,15 @@ def activation(name: str):
 class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.segment = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        E = config.word_size
+        self.word = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_position_embeddings, E)
+        self.segment = nn.Embedding(config.type_vocab_size, E)
+        self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids, position_ids):
-        x = self.word(input_ids) + self.position(position_ids) + self.segment(token_type_ids)  # (B, T, H)
+        x = self.word(input_ids) + self.position(position_ids) + self.segment(token_type_ids)  # (B, T, E)
         return self.dropout(self.norm(x))
 
 
@@ -81,19 +87,24 @@ class Layer(nn.Module):
 
 
 class Pooler(nn.Module):
-    """tanh(W h_[CLS] + b): the sentence vector that NSP and sentence classification read."""
+    """tanh(W h_[CLS] + b): the sentence vector that NSP and sentence classification read.
+
+    ELECTRA pretrains without a pooler; its sentence classifier applies GELU where BERT has tanh,
+    so an ELECTRA pooler does the same (and is that classifier's first layer in HF's format).
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = nn.GELU() if config.model_type == "electra" else nn.Tanh()
 
     def forward(self, hidden):
-        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
+        return self.act(self.dense(hidden[:, 0]))  # (B, H)
 
 
 class EncoderOutput(NamedTuple):
     last_hidden_state: torch.Tensor  # (B, T, H)
-    pooler_output: torch.Tensor  # (B, H)
+    pooler_output: torch.Tensor | None  # (B, H); None for an encoder built without a pooler
     # The embedding output followed by each layer's output (L + 1 tensors), when asked for.
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
@@ -101,12 +112,18 @@ class EncoderOutput(NamedTuple):
 class Bert(nn.Module):
     """The BERT encoder with its pooler. Knows nothing of objectives or tasks: heads are separate."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, pooler: bool = True):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
-        self.pooler = Pooler(config)
+        # ALBERT always projects E -> H (even when equal, as HF does); ELECTRA only when they differ.
+        needs_projection = config.model_type == "albert" or config.word_size != config.hidden_size
+        self.project = nn.Linear(config.word_size, config.hidden_size) if needs_projection else None
+        # ALBERT: `num_hidden_groups` sets of weights shared by consecutive layers (1: one for all).
+        distinct = config.num_hidden_groups or config.num_hidden_layers
+        self.layers = nn.ModuleList(Layer(config) for _ in range(distinct))
+        # Masked-LM and ELECTRA pretraining never read the pooler (HF's classes for them have none).
+        self.pooler = Pooler(config) if pooler else None
         self.apply(lambda m: init_weights(m, config.initializer_range))
 
     def forward(
@@ -119,20 +136,30 @@ class Bert(nn.Module):
     ) -> EncoderOutput:
         """Encode token ids (B, T). `attention_mask` is 1 for real tokens and 0 for padding."""
         B, T = input_ids.shape
-        if token_type_ids is None:
+        config = self.config
+        if token_type_ids is None or config.type_vocab_size == 1:
+            # One segment type (RoBERTa): pair inputs still read as a single segment.
             token_type_ids = torch.zeros_like(input_ids)
-        if position_ids is None:
+        if position_ids is None and config.model_type == "roberta":
+            # fairseq's numbering: real tokens count up from pad_token_id + 1, padding stays at pad.
+            real = (input_ids != config.pad_token_id).long()
+            position_ids = real.cumsum(1) * real + config.pad_token_id
+        elif position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         # SDPA takes a boolean mask where True means "may attend"; (B, 1, 1, T) broadcasts over
         # heads and query positions, so padding is hidden from every query.
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, E)
+        if self.project is not None:
+            x = self.project(x)  # (B, T, H)
         states = [x] if output_hidden_states else None
-        for layer in self.layers:
-            x = layer(x, mask)
+        per_weights = config.num_hidden_layers / len(self.layers)  # layers sharing one set (ALBERT)
+        for i in range(config.num_hidden_layers):
+            x = self.layers[int(i / per_weights)](x, mask)
             if states is not None:
                 states.append(x)
-        return EncoderOutput(x, self.pooler(x), tuple(states) if states is not None else None)
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return EncoderOutput(x, pooled, tuple(states) if states is not None else None)
 
 
 def init_weights(module: nn.Module, std: float) -> None:

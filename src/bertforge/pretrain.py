@@ -1,9 +1,11 @@
-"""The pretraining recipe: corpus -> tokenizer -> shards -> instances -> masked batches -> the loop."""
+"""The pretraining recipe: corpus -> tokenizer -> shards -> instances -> masked batches -> the loop,
+for BERT and its descendants, chosen by name from `OBJECTIVES`."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -13,10 +15,58 @@ from .batches import MaskingOptions, PretrainingData
 from .config import preset as size_preset
 from .corpus import FileReport, find_files, read_units, split_sentences
 from .errors import BertforgeError
-from .objectives import BertPretraining
+from .objectives import BertPretraining, ElectraPretraining
 from .shards import build_shards
 from .tokenizer import Tokenizer
 from .trainer import TrainOptions, distributed_setup, latest_checkpoint, train
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One pretraining recipe: the encoder family, the loss terms (which also decide the inputs:
+    sentence pairs for nsp/sop, packed full sentences otherwise), the default masking scheme and
+    model settings, and the training defaults its paper uses where they differ from BERT's."""
+
+    summary: str
+    model_type: str
+    terms: tuple[str, ...]
+    masking: str = "token"
+    model: dict = field(default_factory=dict)
+    training: dict = field(default_factory=dict)
+    batch_size: int = 32
+
+
+OBJECTIVES = {
+    "bert": Objective("BERT: masked LM + next-sentence prediction on sentence pairs", "bert", ("mlm", "nsp")),
+    "roberta": Objective(
+        "RoBERTa: masked LM alone on full sentences packed across documents, dynamic masking", "roberta", ("mlm",),
+        model={"type_vocab_size": 1},
+        # Liu et al. (2019): Adam beta2 0.98 for stability with large batches, eps 1e-6; twice
+        # BERT's batch and learning rate here (the paper's 8k batches are out of a CPU's reach).
+        training={"betas": (0.9, 0.98), "eps": 1e-6, "lr": 2e-4}, batch_size=64),
+    "span": Objective("SpanBERT: masked whole-word spans + span-boundary objective, single segments, no NSP",
+                      "bert", ("mlm", "sbo"), masking="span"),
+    "albert": Objective(
+        "ALBERT: factorised embeddings (E=128), one set of layer weights shared by all layers, "
+        "n-gram masking + sentence-order prediction", "albert", ("mlm", "sop"), masking="ngram",
+        model={"embedding_size": 128, "num_hidden_groups": 1}),
+    "electra": Objective("ELECTRA: a 1/4-width generator fills the masks, the discriminator spots replaced tokens",
+                         "electra", ("mlm", "rtd")),
+}
+
+
+def build_objective(name: str, config, generator_fraction: float = 0.25):
+    """The objective module for `name` over an encoder of `config` (whose model_type is the objective's)."""
+    terms = OBJECTIVES[name].terms
+    if name == "electra":
+        return ElectraPretraining(config, generator_fraction)
+    sentence = next((t for t in terms if t in ("nsp", "sop")), None)
+    return BertPretraining(config, sentence=sentence, span_boundary="sbo" in terms)
+
+
+def training_defaults(name: str) -> dict:
+    """`TrainOptions` fields the objective sets unless the user does (e.g. RoBERTa's beta2)."""
+    return dict(OBJECTIVES[name].training)
 
 
 def corpus_sentences(files: list[str], layout: str = "auto", text_field: str = "text"):
@@ -27,25 +77,32 @@ def corpus_sentences(files: list[str], layout: str = "auto", text_field: str = "
 
 
 def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None = None, vocab_size: int = 30522,
-             lowercase: bool = True, max_seq_length: int = 128, batch_size: int = 32, short_seq_prob: float = 0.1,
-             masking: MaskingOptions | None = None, layout: str = "auto", text_field: str = "text",
-             cache_dir: str | None = None, eval_fraction: float = 0.02, resume: bool = False,
-             options: TrainOptions | None = None, model_overrides: dict | None = None) -> dict:
-    """Pretrain a BERT (MLM + NSP) on `corpus` (files, folders, globs) and write it under `out`.
+             lowercase: bool = True, max_seq_length: int = 128, batch_size: int | None = None,
+             short_seq_prob: float = 0.1, masking: MaskingOptions | None = None, layout: str = "auto",
+             text_field: str = "text", cache_dir: str | None = None, eval_fraction: float = 0.02,
+             resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
+             objective: str = "bert", generator_fraction: float = 0.25) -> dict:
+    """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
+    electra) on `corpus` (files, folders, globs) and write it under `out`.
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory
-    `tokenizer`, or a new WordPiece vocabulary of `vocab_size` learned on the corpus.
+    `tokenizer`, or a new WordPiece vocabulary of `vocab_size` learned on the corpus. Without
+    `options`, `masking` or `batch_size`, the objective's defaults apply.
     Returns the trainer's summary.
     """
-    options = options or TrainOptions(out=out)
+    if objective not in OBJECTIVES:
+        raise BertforgeError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    recipe = OBJECTIVES[objective]
+    options = options or TrainOptions(out=out, **training_defaults(objective))
     options.out = out
-    masking = masking or MaskingOptions()
+    masking = masking or MaskingOptions(scheme=recipe.masking)
+    batch_size = batch_size or recipe.batch_size
     if batch_size < 1 or not 0 <= eval_fraction < 1:
         raise BertforgeError("batch_size must be positive and eval_fraction in [0, 1)")
     rank, world, _ = distributed_setup()
     files = find_files(corpus)
     run_config = {
-        "corpus": [os.path.abspath(f) for f in files], "preset": preset, "max_seq_length": max_seq_length,
+        "objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset, "max_seq_length": max_seq_length,
         "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
         "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
     }
@@ -72,22 +129,24 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
     if rank != 0:
         shards = build_shards(files, tok, cache_dir, layout, text_field, progress=False)
 
-    overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, **(model_overrides or {})}
+    overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": recipe.model_type,
+                 **recipe.model, **(model_overrides or {})}
+    if recipe.model_type == "roberta":  # room for RoBERTa's position offset (514 rows for 512 tokens)
+        overrides.setdefault("max_position_embeddings", 512 + tok.pad_id + 1)
     config = size_preset(preset, **overrides)
-    if max_seq_length > config.max_position_embeddings:
-        raise BertforgeError(f"max_seq_length {max_seq_length} exceeds the model's "
-                             f"max_position_embeddings {config.max_position_embeddings}")
+    if max_seq_length > config.max_length:
+        raise BertforgeError(f"max_seq_length {max_seq_length} exceeds the model's {config.max_length} positions")
     data = PretrainingData(shards, tok, batch_size, max_seq_length, short_seq_prob, masking, options.seed,
-                           eval_fraction, rank, world, options.accum)
+                           eval_fraction, rank, world, options.accum, terms=recipe.terms)
     torch.manual_seed(options.seed)  # the initial weights are part of what the seed fixes
-    model = BertPretraining(config)
+    model = build_objective(objective, config, generator_fraction)
     facts = {"model": config.to_dict(), "shards": shards.directory,
              "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents)}
     return train(model, data, options, tok, {**run_config, **facts}, resume)
 
 
 # What must not change between a run and its resumption: the data stream depends on all of it.
-RESUME_KEYS = ("corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking", "layout", "text_field",
+RESUME_KEYS = ("objective", "corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking", "layout", "text_field",
                "eval_fraction", "seed")
 
 

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from .atomic import atomic_directory
 from .batches import Position
 from .errors import BertforgeError
-from .hf import check_vocab_fits, load_into, read_config, to_hf, write_pretrained
+from .hf import check_vocab_fits, load_parts, read_config, write_parts
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
 
 STATE_FILE = "trainer_state.pt"
@@ -123,6 +123,8 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     if rank == 0:
         _remove_leftovers(checkpoints)
     autocast = _autocast(o.precision, device)
+    # An objective may weigh its terms (ELECTRA: 50 x the discriminator's); terms are logged unweighted.
+    weights = getattr(model, "loss_weights", {})
     net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
     if rank == 0:
@@ -198,14 +200,14 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                     losses, correct = net(_to(batch, device))
                     # Each term over its whole-step count; DDP averages gradients over processes,
                     # so multiplying by the world size makes the result the sum over all of them.
-                    loss = sum(losses[k] / totals[k] for k in losses) * world
+                    loss = sum(weights.get(k, 1.0) * losses[k] / totals[k] for k in losses) * world
                 loss.backward()
                 for k in losses:
                     step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
                 for k in correct:
                     step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
             step_sums = _all_sum(step_sums, device)
-            step_loss = sum(step_sums[f"{k}_loss"] / totals[k] for k in totals)
+            step_loss = sum(weights.get(k, 1.0) * step_sums[f"{k}_loss"] / totals[k] for k in totals)
             if not math.isfinite(step_loss):
                 latest = latest_checkpoint(o.out)
                 raise TrainingStopped(
@@ -229,7 +231,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
 
             if step % o.log_every == 0 or step == total_steps:
                 now = time.perf_counter()
-                record = {"step": step, "lr": lr, **_averages(sums),
+                record = {"step": step, "lr": lr, **_averages(sums, weights),
                           "tokens_per_s": round(window_tokens / (now - window_start)),
                           "elapsed_s": round(now - start, 1), "epoch": position.epoch}
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=record["tokens_per_s"])
@@ -282,7 +284,7 @@ def evaluate(net, data, max_batches: int, autocast, device) -> dict:
     if not totals:
         return {}
     sums, totals = _all_sum(sums, device), _all_sum(totals, device)
-    return _averages((sums, totals))
+    return _averages((sums, totals), getattr(getattr(net, "module", net), "loss_weights", {}))
 
 
 # ---- pieces of the loop ----------------------------------------------------------------------------
@@ -294,14 +296,15 @@ def _add(acc, sums: dict, totals: dict):
     return ({k: acc[0][k] + v for k, v in sums.items()}, {k: acc[1][k] + v for k, v in totals.items()})
 
 
-def _averages(acc) -> dict:
+def _averages(acc, weights: dict) -> dict:
+    """Mean loss (and accuracy) per term; `loss` is their weighted sum, the loss being minimised."""
     sums, totals = acc
     out = {}
     for k, n in totals.items():
         out[f"{k}_loss"] = round(float(sums[f"{k}_loss"]) / max(n, 1), 5)
         if f"{k}_correct" in sums:
             out[f"{k}_accuracy"] = round(float(sums[f"{k}_correct"]) / max(n, 1), 5)
-    out["loss"] = round(sum(out[f"{k}_loss"] for k in totals), 5)
+    out["loss"] = round(sum(weights.get(k, 1.0) * out[f"{k}_loss"] for k in totals), 5)
     return out
 
 
@@ -407,17 +410,15 @@ def _list_checkpoints(directory: str) -> list[str]:
 
 
 def _write_model(model, tokenizer, directory: str) -> None:
-    tensors, config = to_hf(model)
     with atomic_directory(directory) as tmp:
-        write_pretrained(tmp, tensors, config, tokenizer)
+        write_parts(model, tmp, tokenizer)
 
 
 def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window,
           best) -> None:
     if rank == 0:
-        tensors, config = to_hf(model)
         with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
-            write_pretrained(tmp, tensors, config, tokenizer)
+            write_parts(model, tmp, tokenizer)
             state = {
                 "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
                 "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
@@ -440,7 +441,7 @@ def _restore(model, optimizer, directory: str, device):
     differ = [f"{k}={saved[k]} there, {asked[k]} asked" for k in asked if k != "architectures" and asked[k] != saved[k]]
     if differ:
         raise BertforgeError(f"{latest}: the checkpoint is of a different model ({'; '.join(differ)})")
-    load_into(model, latest)
+    load_parts(model, latest)
     try:
         state = torch.load(os.path.join(latest, STATE_FILE), map_location=device, weights_only=True)
     except Exception as e:
