@@ -97,3 +97,41 @@ def test_random_segments_come_from_the_same_split():
     assert set(np.unique(shards.owner[inst[:, 0]])) <= set(train)
     assert set(np.unique(shards.owner[inst[:, 2]])) <= set(train)
     assert inst[:, 4].sum() > 40  # plenty of random segments were drawn
+
+
+def test_sentence_order_pairs_are_consecutive_and_half_swapped():
+    shards = fake_shards()
+    inst = create_instances(shards, np.arange(40), 128, np.random.default_rng(0), order=True)
+    owner = shards.owner
+    first, second = inst[:, :2], inst[:, 2:4]
+    assert np.all(owner[first[:, 0]] == owner[second[:, 1] - 1])  # both from the same document
+    in_order, swapped = inst[:, 4] == 0, inst[:, 4] == 1
+    assert abs(swapped.mean() - 0.5) < 0.06
+    # untruncated pairs touch: B starts where A ends, or (swapped) the first starts where the second ends
+    whole = (first[:, 1] - first[:, 0]) + (second[:, 1] - second[:, 0]) < 125
+    assert np.all(second[in_order & whole, 0] == first[in_order & whole, 1])
+    assert np.all(first[swapped & whole, 0] == second[swapped & whole, 1])
+    assert np.all(first[:, 1] > first[:, 0]) and np.all(second[:, 1] > second[:, 0])
+
+
+def test_packed_rows_hold_whole_sentences_across_documents():
+    from bertforge.instances import create_packed_instances
+
+    shards = fake_shards()
+    documents = np.arange(0, 40, 2)  # a split: every other document
+    rows, pieces = create_packed_instances(shards, documents, 128, np.random.default_rng(0))
+    lengths = np.array([(pieces[a:b, 1] - pieces[a:b, 0] + pieces[a:b, 2]).sum() for a, b in rows])
+    assert lengths.max() <= 126 and np.mean(lengths) > 110  # packed nearly full ([CLS] and [SEP] aside)
+    # every token of the split's documents appears exactly once
+    covered = np.zeros(len(shards.tokens), dtype=int)
+    for start, end, _ in pieces:
+        covered[start:end] += 1
+    in_split = np.isin(shards.owner, documents)
+    assert np.all(covered[in_split] == 1) and np.all(covered[~in_split] == 0)
+    # a separator comes exactly where a row passes from one document to another
+    for a, b in rows:
+        for (s0, e0, _), (s1, _, sep) in zip(pieces[a:b - 1], pieces[a + 1:b]):
+            assert sep == int(shards.owner[e0 - 1] != shards.owner[s1])
+    # rows begin at sentence starts unless a sentence is longer than a row
+    sentence_starts = set(shards.sentences.tolist())
+    assert np.mean([pieces[a, 0] in sentence_starts for a, _ in rows]) > 0.99

@@ -1,5 +1,6 @@
 """Masking statistics: 15% chosen, 80/10/10 among them, specials and padding never touched."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -139,3 +140,65 @@ def test_whole_word_masking_through_the_data_pipeline(tmp_path):
     follows = continuation[:, 1:] & ~special[:, :-1]
     assert torch.equal(chosen[:, 1:][follows], chosen[:, :-1][follows])
     assert chosen.sum() > 0
+
+
+# ---- SpanBERT spans and ALBERT n-grams -------------------------------------------------------------
+
+def span_batch(B=300, T=256, seed=0):
+    """Rows [CLS] A [SEP] B [SEP] with ~1.4 pieces per word."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 1000, (B, T), generator=g)
+    ids[:, 0], ids[:, T // 3], ids[:, -1] = CLS, SEP, SEP
+    maskable = (ids != CLS) & (ids != SEP)
+    word_starts = torch.rand(B, T, generator=g) < 0.7
+    return ids, maskable, word_starts
+
+
+def span_words(word_starts, maskable, start, end):
+    """The number of words in the token range [start, end)."""
+    first = word_starts[start:end].clone()
+    first[0] = True  # a span always begins a word
+    return int(first.sum())
+
+
+def test_span_masking_covers_15_percent_in_whole_words_within_segments():
+    from bertforge.masking import geometric_lengths, mask_spans
+
+    ids, maskable, word_starts = span_batch()
+    corrupted, labels, start, end = mask_spans(ids, maskable, word_starts, mask_id=MASK, random_ids=RANDOM_IDS,
+                                               rng=np.random.default_rng(0), lengths=geometric_lengths())
+    chosen = labels != IGNORE
+    coverage = chosen.sum(1) / maskable.sum(1)
+    assert torch.all((coverage - 0.15).abs() <= 0.5 / maskable.sum(1))  # the exact budget in every row
+    assert not (chosen & ~maskable).any() and torch.equal(labels[chosen], ids[chosen])
+    # whole words: a chosen token's word is chosen whole (its pieces before and after)
+    continuation = ~word_starts & maskable & torch.cat([torch.zeros(len(ids), 1, dtype=torch.bool),
+                                                        maskable[:, :-1]], 1)
+    assert torch.equal(chosen[:, 1:][continuation[:, 1:]], chosen[:, :-1][continuation[:, 1:]])
+    # spans never cross the [SEP] between the segments, and each span is corrupted as a whole
+    for row in range(50):
+        for s, e in set(zip(start[row][chosen[row]].tolist(), end[row][chosen[row]].tolist())):
+            assert not (s < ids.shape[1] // 3 < e)
+            kinds = {("mask" if c == MASK else "same" if c == o else "random")
+                     for c, o in zip(corrupted[row, s:e].tolist(), ids[row, s:e].tolist())}
+            assert len(kinds) == 1 or kinds == {"random", "same"}  # a random id may equal the original
+    # 80/10/10 per span, measured over tokens
+    assert abs((corrupted[chosen] == MASK).float().mean() - 0.8) < 0.02
+
+
+@pytest.mark.parametrize("kind", ["span", "ngram"])
+def test_span_and_ngram_lengths_follow_their_distributions(kind):
+    from bertforge.masking import _row_spans, geometric_lengths, ngram_lengths
+
+    lengths = geometric_lengths(0.2, 10) if kind == "span" else ngram_lengths(3)
+    expected_mean = 3.8 if kind == "span" else 18 / 11
+    assert abs((lengths * np.arange(1, len(lengths) + 1)).sum() - expected_mean) < 0.01
+    ids, maskable, word_starts = span_batch(B=400, T=512)
+    rng = np.random.default_rng(1)
+    counts = np.zeros(len(lengths) + 1)
+    for row in range(len(ids)):
+        spans = _row_spans(maskable[row].numpy(), word_starts[row].numpy(), rng, lengths, 0.15)
+        for s, e in spans[:-1]:  # the last span of a row is cut to the budget: left out
+            counts[span_words(word_starts[row], maskable[row], s, e)] += 1
+    observed = counts[1:] / counts.sum()
+    assert np.abs(observed - lengths).max() < 0.03, (observed.round(3), lengths.round(3))

@@ -122,6 +122,10 @@ KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "predictions.", "so
                        "generator_predictions.", "generator_lm_head.", "discriminator_predictions.",
                        "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.")
 
+# Heads of ours that no HF class has (SpanBERT's boundary head, the scalar mix) live in a file of
+# their own beside model.safetensors.
+EXTRA_FILE = "bertforge_heads.safetensors"
+
 # Exception 2: names written by old (TF-converted) checkpoints, renamed when read.
 LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
 # Exception 3: buffers or tied copies HF may store that carry no weights of their own.
@@ -142,7 +146,7 @@ def encoder_key_map(config: BertConfig, architecture: str = "", pooler: bool = T
     """Every (ours, HF) name pair of the encoder `config` describes, QKV excepted."""
     family = "albert" if config.model_type == "albert" else "bert"
     pairs = list(EMBEDDING_KEYS)
-    if config.model_type in PROJECTION_KEYS:
+    if config.model_type == "albert" or config.word_size != config.hidden_size:  # as `Bert.project`
         pairs += _linear("project", PROJECTION_KEYS[config.model_type])
     for i in range(config.num_hidden_groups or config.num_hidden_layers):
         pairs += [(ours.format(i), theirs.format(i)) for ours, theirs in LAYER_KEYS[family]]
@@ -220,6 +224,9 @@ def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, to
             tensors = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # unpickling errors come in many types
             raise BertforgeError(f"{path}: cannot be read safely as weights ({e})") from None
+    extra = os.path.join(directory, EXTRA_FILE)
+    if os.path.exists(extra):
+        tensors.update(_read_safetensors(extra))
     return canonical_names(tensors, path, model_type), path
 
 
@@ -266,7 +273,8 @@ def load_pretrained(directory: str, cls=Bert, device: str | torch.device = "cpu"
     """
     config = read_config(directory)
     model = cls(config, **options)
-    load_into(model, directory, new_heads, config)
+    for sub, part in parts(model).items():
+        load_into(part, _join(directory, sub), new_heads, config if not sub else None)
     return model.to(device)
 
 
@@ -295,7 +303,9 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
                 elif new_heads:
                     fresh.add(f"{name}.{ours}")
     unexpected = [k for k in tensors if k not in used and not k.startswith(KNOWN_HEAD_PREFIXES)]
-    load_state(model, state, source, unexpected, allowed_missing | fresh, quiet=fresh)
+    # Other parts of the model (ELECTRA's generator) come from their own directories.
+    elsewhere = {k for k in model.state_dict() for sub in parts(model) if sub and k.startswith(sub + ".")}
+    load_state(model, state, source, unexpected, allowed_missing | fresh | elsewhere, quiet=fresh | elsewhere)
 
 
 def load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
@@ -363,14 +373,18 @@ def write_parts(model: nn.Module, directory: str, tokenizer=None) -> None:
     """Write every part of `model` (see `parts`) into an existing directory."""
     for sub, part in parts(model).items():
         tensors, config = to_hf(part)
-        os.makedirs(os.path.join(directory, sub), exist_ok=True)
-        write_pretrained(os.path.join(directory, sub), tensors, config, tokenizer)
+        os.makedirs(_join(directory, sub), exist_ok=True)
+        write_pretrained(_join(directory, sub), tensors, config, tokenizer)
 
 
 def load_parts(model: nn.Module, directory: str) -> None:
     """Read back what `write_parts` wrote (resuming a run)."""
     for sub, part in parts(model).items():
-        load_into(part, os.path.join(directory, sub))
+        load_into(part, _join(directory, sub))
+
+
+def _join(directory: str, sub: str) -> str:
+    return os.path.join(directory, sub) if sub else directory
 
 
 def check_vocab_fits(tokenizer, config: BertConfig) -> None:
@@ -380,12 +394,17 @@ def check_vocab_fits(tokenizer, config: BertConfig) -> None:
 
 
 def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: BertConfig, tokenizer=None) -> None:
-    """Write HF-named `tensors`, `config` and the tokenizer into an existing directory."""
+    """Write HF-named `tensors`, `config` and the tokenizer into an existing directory. Weights of
+    heads only we have go to their own file, so that `model.safetensors` is exactly what the HF
+    class expects."""
     from safetensors.torch import save_file
 
     config.save(os.path.join(directory, "config.json"))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    ours = {k: tensors.pop(k) for k in list(tensors) if k.startswith("bertforge_")}
     save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    if ours:
+        save_file(ours, os.path.join(directory, EXTRA_FILE), metadata={"format": "pt"})
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
 
@@ -410,6 +429,7 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig]:
 
 
 def parts(model: nn.Module) -> dict[str, nn.Module]:
-    """The HF models a training objective is saved as, by sub-directory ("" = the directory itself).
-    One for most; ELECTRA's discriminator and, in `generator/`, its generator."""
+    """The HF models a training objective is saved as, by sub-directory ("" = the directory itself),
+    each sub-directory named after the attribute holding that part. One for most; ELECTRA's
+    discriminator and, in `generator/`, its generator."""
     return model.parts() if hasattr(model, "parts") else {"": model}

@@ -83,6 +83,17 @@ class BertPretraining(nn.Module):
         return losses, correct
 
 
+def replaced_tokens(input_ids: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,
+                    sampled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ELECTRA's discriminator input and labels: `input_ids` (B, T) with the flat `positions` set to
+    the generator's `sampled` ids, and labels (B, T) that are 1 where the result differs from the
+    original `targets` (a sample equal to the original counts as original)."""
+    fake = input_ids.reshape(-1).index_copy(0, positions, sampled).view_as(input_ids)
+    replaced = (sampled != targets).float()
+    labels = torch.zeros(input_ids.numel(), device=input_ids.device).index_copy(0, positions, replaced)
+    return fake, labels.view_as(input_ids)
+
+
 def generator_config(config: BertConfig, fraction: float) -> BertConfig:
     """ELECTRA's generator: the discriminator's depth with `fraction` of its width, heads and
     feed-forward size, reading the same (shared) embeddings."""
@@ -131,9 +142,7 @@ class ElectraPretraining(nn.Module):
 
         with torch.no_grad():  # no gradient flows through the sampling (as in the paper)
             sampled = torch.multinomial(logits.softmax(-1), 1).squeeze(1)  # (M,)
-        replaced = (sampled != targets).float()
-        fake = ids.reshape(-1).index_copy(0, positions, sampled).view_as(ids)  # (B, T)
-        labels = torch.zeros(ids.numel(), device=ids.device).index_copy(0, positions, replaced).view_as(ids)
+        fake, labels = replaced_tokens(ids, positions, targets, sampled)
         scores = self.discriminator(self.bert(fake, types, mask).last_hidden_state).float()  # (B, T)
         real = mask.bool()
         scores, labels = scores[real], labels[real]  # every real token, [CLS] and [SEP] included

@@ -1,0 +1,217 @@
+"""The BERT family: ALBERT, RoBERTa, SpanBERT and ELECTRA exports against `transformers` (both
+ways), their objectives' labels and heads on hand examples, and a tiny pretraining run of each
+objective that then fine-tunes through the ordinary command."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertforge import load_pretrained, save_pretrained
+from bertforge.batches import make_batch
+from bertforge.cli import OBJECTIVE_NAMES, main
+from bertforge.finetune import load_finetuned
+from bertforge.heads import SpanBoundaryHead
+from bertforge.hf import FAMILY_CLASS, to_hf
+from bertforge.masking import IGNORE
+from bertforge.model import Bert
+from bertforge.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
+from bertforge.pretrain import OBJECTIVES
+from bertforge.tasks.classification import SequenceClassifier
+from bertforge.trainer import read_metrics
+from conftest import random_batch, tiny_config, write_corpus
+
+transformers = pytest.importorskip("transformers")
+
+ALBERT = dict(model_type="albert", embedding_size=16, num_hidden_layers=4, num_hidden_groups=2)
+ROBERTA = dict(model_type="roberta", pad_token_id=1, type_vocab_size=1, max_position_embeddings=66)
+ELECTRA = dict(model_type="electra", embedding_size=16)
+
+
+def family_batch(config, seed=0):
+    batch = random_batch(config.vocab_size, seed=seed)
+    if config.type_vocab_size == 1:
+        batch["token_type_ids"].zero_()
+    batch["input_ids"][batch["attention_mask"] == 0] = config.pad_token_id
+    return batch
+
+
+def all_logits(model, batch):
+    """Our MLM logits at every position (B, T, V)."""
+    out = model.bert(**batch)
+    every = torch.arange(batch["input_ids"].numel())
+    return model.mlm_logits(out.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
+
+
+def randomise(module):
+    """Non-trivial biases and norms, so that a swapped or dropped weight shows."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+
+
+@pytest.mark.parametrize("family, hf_class, sentence", [
+    (ALBERT, "AlbertForPreTraining", "sop"),
+    (ROBERTA, "RobertaForMaskedLM", None),
+    (dict(model_type="bert"), "BertForMaskedLM", None),
+])
+def test_pretraining_exports_match_transformers(tmp_path, family, hf_class, sentence):
+    torch.manual_seed(0)
+    config = tiny_config(**family)
+    ours = BertPretraining(config, sentence=sentence, span_boundary=hf_class == "BertForMaskedLM").eval()
+    randomise(ours)
+    save_pretrained(ours, str(tmp_path))
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["architectures"] == [hf_class] and saved["model_type"] == config.model_type
+    theirs, info = getattr(transformers, hf_class).from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values())  # SpanBERT's boundary head is kept apart, in bertforge_heads.safetensors
+    batch = family_batch(config)
+    with torch.no_grad():
+        expected = theirs.eval()(**batch)
+        logits = expected.prediction_logits if sentence else expected.logits
+        assert (all_logits(ours, batch) - logits).abs().max() <= 1e-5
+        if sentence:
+            pooled = ours.bert(**batch).pooler_output
+            assert (ours.nsp(pooled) - expected.sop_logits).abs().max() <= 1e-5
+
+    # ... and back: a model made by transformers loads here with the same outputs.
+    theirs.save_pretrained(tmp_path / "back")
+    again = load_pretrained(str(tmp_path / "back"), cls=BertPretraining, sentence=sentence)
+    with torch.no_grad():
+        assert (all_logits(again.eval(), batch) - logits).abs().max() <= 1e-5
+
+
+def test_albert_shares_layer_weights_and_factorises_embeddings():
+    config = tiny_config(**dict(ALBERT, num_hidden_groups=1))
+    albert, bert = Bert(config), Bert(tiny_config(num_hidden_layers=4))
+    assert len(albert.layers) == 1 and albert.embeddings.word.weight.shape == (99, 16)
+    assert albert.project.weight.shape == (32, 16)
+    # 4 layers for the price of 1, and a narrow vocabulary table
+    assert sum(p.numel() for p in albert.parameters()) < 0.45 * sum(p.numel() for p in bert.parameters())
+
+
+def test_roberta_positions_skip_padding_and_start_after_pad():
+    config = tiny_config(**ROBERTA)
+    model = Bert(config).eval()
+    batch = family_batch(config)
+    theirs = transformers.RobertaModel(transformers.RobertaConfig(**config.to_dict())).eval()
+    missing, unexpected = theirs.load_state_dict(to_hf(model)[0], strict=False)
+    assert not unexpected and all("pooler" in k for k in missing)
+    with torch.no_grad():
+        assert (model(**batch).last_hidden_state - theirs(**batch).last_hidden_state).abs().max() <= 1e-5
+    assert config.max_length == 64  # 66 rows - (pad 1 + 1)
+
+
+def test_electra_exports_discriminator_and_generator(tmp_path):
+    torch.manual_seed(0)
+    config = tiny_config(**ELECTRA)
+    ours = ElectraPretraining(config).eval()
+    randomise(ours)
+    assert ours.generator.bert.embeddings is ours.bert.embeddings  # shared, one set of weights
+    assert ours.generator.bert.config.hidden_size == 8 and ours.generator.bert.config.num_attention_heads == 1
+    save_pretrained(ours, str(tmp_path))
+    disc, info = transformers.ElectraForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values())
+    gen, info = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "generator", output_loading_info=True)
+    assert not any(info.values())
+    batch = family_batch(config)
+    with torch.no_grad():
+        scores = ours.discriminator(ours.bert(**batch).last_hidden_state)
+        assert (scores - disc.eval()(**batch).logits).abs().max() <= 1e-5
+        assert (all_logits(ours.generator, batch) - gen.eval()(**batch).logits).abs().max() <= 1e-5
+    # and back
+    disc.save_pretrained(tmp_path / "back")
+    gen.save_pretrained(tmp_path / "back" / "generator")
+    again = load_pretrained(str(tmp_path / "back"), cls=ElectraPretraining).eval()
+    with torch.no_grad():
+        assert torch.equal(again.discriminator(again.bert(**batch).last_hidden_state), scores)
+
+
+def test_electra_labels_count_a_correct_sample_as_original():
+    ids = torch.tensor([[2, 10, 4, 11, 3], [2, 12, 13, 4, 3]])  # 4 = [MASK]
+    positions = torch.tensor([2, 8])  # flat: row 0 col 2, row 1 col 3
+    targets = torch.tensor([20, 21])
+    sampled = torch.tensor([20, 30])  # the first guess is the original token
+    fake, labels = replaced_tokens(ids, positions, targets, sampled)
+    assert fake.tolist() == [[2, 10, 20, 11, 3], [2, 12, 13, 30, 3]]
+    assert labels.tolist() == [[0, 0, 0, 0, 0], [0, 0, 0, 1, 0]]
+
+
+def test_electra_generator_is_a_fraction_of_the_discriminator():
+    config = generator_config(tiny_config(model_type="electra", hidden_size=256, num_attention_heads=4,
+                                          intermediate_size=1024), 0.25)
+    assert (config.hidden_size, config.num_attention_heads, config.intermediate_size) == (64, 1, 256)
+    assert config.embedding_size == 256  # reads the discriminator's embeddings, projected down
+
+
+def test_span_boundary_head_on_a_hand_example():
+    # Row 0: [CLS] a [M] [M] [M] b [SEP]; one span of 3 tokens at positions 2..4.
+    ids = torch.tensor([[2, 10, 4, 4, 4, 11, 3]])
+    labels = torch.full_like(ids, IGNORE)
+    labels[0, 2:5] = torch.tensor([20, 21, 22])
+    start = torch.tensor([[-1, -1, 2, 2, 2, -1, -1]])
+    end = torch.tensor([[-1, -1, 5, 5, 5, -1, -1]])
+    batch = make_batch(ids, torch.zeros_like(ids), torch.ones_like(ids), labels, terms=("mlm", "sbo"),
+                       spans=[start, end])
+    assert batch["sbo_left"].tolist() == [1, 1, 1] and batch["sbo_right"].tolist() == [5, 5, 5]
+    assert batch["sbo_offsets"].tolist() == [0, 1, 2] and batch["counts"]["sbo"] == 3
+
+    torch.manual_seed(0)
+    head = SpanBoundaryHead(8, 30)
+    hidden = torch.randn(7, 8)
+    words = torch.randn(30, 8)
+    logits = head(hidden[batch["sbo_left"]], hidden[batch["sbo_right"]], batch["sbo_offsets"], words)
+    assert logits.shape == (3, 30)
+    # by the definition: y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p])))) then the tied decoder
+    for i in range(3):
+        h = torch.cat([hidden[1], hidden[5], head.offset.weight[i]])
+        h = F.layer_norm(F.gelu(h @ head.dense1.weight.T + head.dense1.bias), (8,), head.norm1.weight, head.norm1.bias,
+                         1e-12)
+        h = F.layer_norm(F.gelu(h @ head.dense2.weight.T + head.dense2.bias), (8,), head.norm2.weight, head.norm2.bias,
+                         1e-12)
+        assert torch.allclose(logits[i], h @ words.T + head.bias, atol=1e-5)
+    # the objective's SBO loss is the cross-entropy of those logits against the span's tokens
+    loss = F.cross_entropy(logits, batch["mlm_targets"], reduction="sum")
+    assert batch["mlm_targets"].tolist() == [20, 21, 22] and loss.item() > 0
+
+
+def test_cli_objectives_are_the_recipes():
+    assert OBJECTIVE_NAMES == list(OBJECTIVES)
+
+
+@pytest.mark.parametrize("objective", ["roberta", "span", "albert", "electra"])
+def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    assert main(["pretrain", "--objective", objective, "--corpus", str(tmp_path / "corpus"), "--out", str(out),
+                 "--preset", "bert-tiny", "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32",
+                 "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "30", "--lr", "2e-3",
+                 "--log-every", "5", "--eval-every", "30"]) == 0
+    records = [r for r in read_metrics(str(out)) if "loss" in r]
+    terms = OBJECTIVES[objective].terms
+    assert all(f"{t}_loss" in records[0] for t in terms)
+    assert records[-1]["mlm_loss"] < records[0]["mlm_loss"] - 0.5  # it learns
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["model_type"] == OBJECTIVES[objective].model_type
+    # loads in transformers as the family's pretraining class, with nothing missing
+    theirs, info = getattr(transformers, config["architectures"][0]).from_pretrained(
+        out / "model", output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+
+    # ... and fine-tunes through the ordinary command, into the family's HF classifier
+    rows = "".join(f"{s}\t{label}\n" for s, label in
+                   [("alpha beta gamma.", 1), ("delta epsilon.", 0), ("alpha gamma.", 1), ("zeta eta.", 0)] * 4)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + rows)
+    assert main(["finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev",
+                 str(tmp_path / "train.tsv"), "--model", str(out / "model"), "--out", str(tmp_path / "fine"),
+                 "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
+    directory = tmp_path / "fine" / "model"
+    classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory).eval()
+    assert type(classifier).__name__ == FAMILY_CLASS[config["model_type"]] + "ForSequenceClassification"
+    ours, task, _ = load_finetuned(str(directory))
+    assert isinstance(ours, SequenceClassifier)
+    batch = family_batch(ours.bert.config)
+    with torch.no_grad():
+        assert (ours.logits(batch) - classifier(**batch).logits).abs().max() <= 1e-5
