@@ -215,3 +215,32 @@ def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
     batch = family_batch(ours.bert.config)
     with torch.no_grad():
         assert (ours.logits(batch) - classifier(**batch).logits).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("objective", ["electra", "span"])
+def test_resuming_continues_exactly(tmp_path, objective):
+    """ELECTRA samples from its generator and saves two models; SpanBERT masks with numpy: a run cut
+    in two must still log the same numbers as one uninterrupted run."""
+    from bertforge.pretrain import pretrain
+    from bertforge.trainer import TrainOptions
+
+    write_corpus(tmp_path / "corpus")
+    kwargs = dict(objective=objective, preset="bert-tiny", vocab_size=100, max_seq_length=32, batch_size=8,
+                  cache_dir=str(tmp_path / "cache"), tokenizer=None)
+
+    def options(out, steps):
+        return TrainOptions(out=str(out), steps=steps, lr=2e-3, schedule="constant", warmup=0, log_every=1,
+                            eval_every=0, save_every=3, progress=False, precision="fp32")
+
+    pretrain(str(tmp_path / "corpus"), str(tmp_path / "whole"), options=options(tmp_path / "whole", 1), **kwargs)
+    tokenizer = str(tmp_path / "whole" / "tokenizer")  # the same vocabulary for both runs
+    kwargs["tokenizer"] = tokenizer
+    pretrain(str(tmp_path / "corpus"), str(tmp_path / "again"), options=options(tmp_path / "again", 6), **kwargs)
+    pretrain(str(tmp_path / "corpus"), str(tmp_path / "cut"), options=options(tmp_path / "cut", 3), **kwargs)
+    pretrain(str(tmp_path / "corpus"), str(tmp_path / "cut"), options=options(tmp_path / "cut", 6), resume=True,
+             **kwargs)
+
+    def losses(out):
+        return [(r["step"], r["loss"]) for r in read_metrics(str(out)) if "loss" in r]
+
+    assert len(losses(tmp_path / "cut")) == 6 and losses(tmp_path / "cut") == losses(tmp_path / "again")
