@@ -56,7 +56,7 @@ def cmd_pretrain(args) -> None:
         schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum, clip=args.clip,
         precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
         eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
-        progress=not args.quiet,
+        progress=not args.quiet, compile=args.compile,
     )
     masking = MaskingOptions(args.mask_prob, args.replace_prob, args.random_prob, args.whole_word,
                              scheme=args.masking or OBJECTIVES[args.objective].masking)
@@ -98,7 +98,7 @@ def cmd_finetune(args) -> None:
         out=args.out, steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
         log_every=args.log_every, keep=1, seed=args.seed, progress=not args.quiet, patience=args.patience,
-        layer_decay=args.layer_lr_decay, unfreeze_every=args.unfreeze_every,
+        layer_decay=args.layer_lr_decay, unfreeze_every=args.unfreeze_every, compile=args.compile,
     )
     result = finetune(task, args.train, args.dev, args.model, args.out, epochs=args.epochs,
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
@@ -228,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
     opt.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
                      help="auto: bf16 autocast where the hardware supports it")
+    opt.add_argument("--compile", action="store_true",
+                     help="torch.compile the model (needs a C++ compiler on CPU; the first step includes compiling)")
     opt.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and masking")
     log = pre.add_argument_group("logging and checkpoints")
     log.add_argument("--log-every", type=int, default=10, help="steps between metric records")
@@ -288,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--accum", type=int, default=1, help="micro-batches per step")
     fine.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
     fine.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto", help="bf16 autocast or not")
+    fine.add_argument("--compile", action="store_true", help="torch.compile the model (first step includes compiling)")
     fine.add_argument("--eval-every", type=int, help="steps between dev evaluations (default: every epoch)")
     fine.add_argument("--patience", type=int, help="stop after this many evaluations without improvement")
     fine.add_argument("--log-every", type=int, default=50, help="steps between metric records")

@@ -2,7 +2,7 @@
 
 An objective's `forward(batch)` returns `(losses, correct)`: `losses` maps a term's name to the SUM
 of its loss over the batch, `correct` to its number of correct predictions, and the batch's
-`counts` give each term's denominator. The trainer divides by the counts summed over a whole step
+`counts` give each term's denominator. Vocabulary-sized losses are computed in fp32 (see `losses`). The trainer divides by the counts summed over a whole step
 (all micro-batches, all processes), so the loss is exactly that of one large batch however it is
 split, and weighs the terms by the objective's `loss_weights` (1 when absent). The trainer never
 looks at the names.
@@ -21,6 +21,7 @@ from torch import nn
 
 from .config import BertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
+from .losses import vocab_cross_entropy
 from .model import Bert, init_weights
 
 
@@ -65,9 +66,9 @@ class BertPretraining(nn.Module):
     def forward(self, batch: dict) -> tuple[dict, dict]:
         """Summed losses per term, and the number of correct predictions per term."""
         out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        logits = self.mlm_logits(out.last_hidden_state, batch["mlm_positions"]).float()  # (M, V)
+        logits = self.mlm_logits(out.last_hidden_state, batch["mlm_positions"])  # (M, V)
         targets = batch["mlm_targets"]
-        losses = {"mlm": F.cross_entropy(logits, targets, reduction="sum")}
+        losses = {"mlm": vocab_cross_entropy(logits, targets)}
         correct = {"mlm": (logits.argmax(-1) == targets).sum()}
         if self.nsp is not None:
             labels = batch["sentence_labels"]
@@ -77,8 +78,8 @@ class BertPretraining(nn.Module):
         if self.sbo is not None:
             flat = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])  # (B*T, H)
             sbo_logits = self.sbo(flat.index_select(0, batch["sbo_left"]), flat.index_select(0, batch["sbo_right"]),
-                                  batch["sbo_offsets"], self.bert.embeddings.word.weight).float()  # (M, V)
-            losses["sbo"] = F.cross_entropy(sbo_logits, targets, reduction="sum")
+                                  batch["sbo_offsets"], self.bert.embeddings.word.weight)  # (M, V)
+            losses["sbo"] = vocab_cross_entropy(sbo_logits, targets)
             correct["sbo"] = (sbo_logits.argmax(-1) == targets).sum()
         return losses, correct
 
@@ -136,12 +137,12 @@ class ElectraPretraining(nn.Module):
         ids, types, mask = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
         positions, targets = batch["mlm_positions"], batch["mlm_targets"]
         hidden = self.generator.bert(ids, types, mask).last_hidden_state
-        logits = self.generator.mlm_logits(hidden, positions).float()  # (M, V)
-        losses = {"mlm": F.cross_entropy(logits, targets, reduction="sum")}
+        logits = self.generator.mlm_logits(hidden, positions)  # (M, V)
+        losses = {"mlm": vocab_cross_entropy(logits, targets)}
         correct = {"mlm": (logits.argmax(-1) == targets).sum()}
 
         with torch.no_grad():  # no gradient flows through the sampling (as in the paper)
-            sampled = torch.multinomial(logits.softmax(-1), 1).squeeze(1)  # (M,)
+            sampled = torch.multinomial(logits.float().softmax(-1), 1).squeeze(1)  # (M,)
         fake, labels = replaced_tokens(ids, positions, targets, sampled)
         scores = self.discriminator(self.bert(fake, types, mask).last_hidden_state).float()  # (B, T)
         real = mask.bool()

