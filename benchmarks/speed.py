@@ -73,7 +73,9 @@ def model_flops_per_token(config, tokens_per_row: int, predicted_share: float, t
     return (L * per_layer + head) * (3 if training else 1)
 
 
-def pretrain_child(impl: str, preset_name: str) -> dict:
+def pretrain_step(impl: str, preset_name: str):
+    """One optimizer step of MLM + NSP pretraining on a fixed random batch, as a function; and the
+    model FLOPs of a step."""
     import torch
 
     from bertforge.config import preset
@@ -110,8 +112,9 @@ def pretrain_child(impl: str, preset_name: str) -> dict:
     else:
         import transformers
 
-        model = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict()),
-                                                attn_implementation="sdpa").train()
+        hf_config = transformers.BertConfig(**config.to_dict(), attn_implementation="sdpa")
+        model = transformers.BertForPreTraining(hf_config).train()
+        assert model.config._attn_implementation == "sdpa"
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
 
         def loss_of():
@@ -126,6 +129,12 @@ def pretrain_child(impl: str, preset_name: str) -> dict:
         optimizer.zero_grad(set_to_none=True)
         return float(loss)
 
+    tokens = BATCH * LENGTH
+    return step, model_flops_per_token(config, LENGTH, float(predicted.float().mean()), True, True) * tokens
+
+
+def pretrain_child(impl: str, preset_name: str) -> dict:
+    step, flops = pretrain_step(impl, preset_name)
     warm, timed = STEPS[preset_name]
     for _ in range(warm):
         step()
@@ -135,9 +144,7 @@ def pretrain_child(impl: str, preset_name: str) -> dict:
         step()
         times.append(time.perf_counter() - start)
     seconds = sorted(times)[len(times) // 2]  # the median step
-    tokens = BATCH * LENGTH
-    flops = model_flops_per_token(config, LENGTH, float(predicted.float().mean()), True, True) * tokens
-    return {"tokens_per_s": tokens / seconds, "step_s": seconds, "model_gflop_per_s": flops / seconds / 1e9,
+    return {"tokens_per_s": BATCH * LENGTH / seconds, "step_s": seconds, "model_gflop_per_s": flops / seconds / 1e9,
             "peak_rss_mb": peak_rss_mb()}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .model import activation
@@ -28,7 +29,9 @@ class MLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         h = self.norm(self.act(self.dense(hidden)))  # (M, E)
-        return h @ word_embeddings.t() + self.bias  # (M, V)
+        # One fused product-and-bias; under autocast `h @ W.t() + bias` would also promote the
+        # (M, V) logits to fp32 through the fp32 bias, a costly extra pass.
+        return F.linear(h, word_embeddings, self.bias)  # (M, V)
 
 
 class SpanBoundaryHead(nn.Module):
@@ -55,7 +58,7 @@ class SpanBoundaryHead(nn.Module):
         p = self.offset(offsets.clamp(max=self.offset.num_embeddings - 1))  # (M, H)
         h = self.norm1(self.act(self.dense1(torch.cat([left, right, p], dim=-1))))  # (M, H)
         h = self.norm2(self.act(self.dense2(h)))  # (M, H)
-        return h @ word_embeddings.t() + self.bias  # (M, V)
+        return F.linear(h, word_embeddings, self.bias)  # (M, V)
 
 
 class DiscriminatorHead(nn.Module):
