@@ -1,0 +1,116 @@
+"""The fast paths compute what the plain ones do: dropout masks, written-out attention, the blockwise
+vocabulary cross-entropy, word-by-word tokenizing for shards, and bf16 training tracking fp32."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertforge import Tokenizer
+from bertforge.losses import vocab_cross_entropy
+from bertforge.model import attention, dropout, dropout_mask
+from bertforge.shards import encode_sentences, word_local
+from conftest import write_corpus
+
+
+def test_dropout_masks_keep_the_right_share_independently():
+    torch.manual_seed(0)
+    keep = dropout_mask((4_000_003,), 0.1)
+    assert abs(keep.float().mean().item() - 0.9) < 0.001
+    # the four 16-bit draws cut from one 64-bit number are independent of each other
+    lanes = keep[: 4_000_000].view(-1, 4).float()
+    together = (lanes[:, 0] * lanes[:, 1]).mean().item()
+    assert abs(together - 0.81) < 0.002
+    for p in (0.0, 0.25, 0.5):
+        assert abs(dropout_mask((1_000_000,), p).float().mean().item() - (1 - p)) < 0.003
+    # inverted dropout keeps the expectation; off in evaluation
+    x = torch.ones(1_000_000)
+    assert abs(dropout(x, 0.1, True).mean().item() - 1.0) < 0.003
+    assert dropout(x, 0.1, False) is x
+    # seeded like everything else
+    torch.manual_seed(5)
+    a = dropout_mask((1000,), 0.1)
+    torch.manual_seed(5)
+    assert torch.equal(a, dropout_mask((1000,), 0.1))
+
+
+def test_written_out_attention_equals_sdpa():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 4, 16, 8, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(3, 1, 1, 16, dtype=torch.bool)
+    mask[1, ..., 10:] = False
+    mask[2, ..., 3:] = False
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert (attention(q, k, v, mask, 0.0) - expected).abs().max() < 1e-12
+    # with dropout, each row of attention weights is dropped and rescaled, not renormalised
+    torch.manual_seed(1)
+    out = attention(q, k, v, mask, 0.5)
+    assert out.shape == expected.shape and not torch.allclose(out, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vocab_cross_entropy_equals_the_plain_one(dtype):
+    torch.manual_seed(0)
+    logits = (torch.randn(45, 3001) * 4).to(dtype).requires_grad_()  # more rows than one block
+    targets = torch.randint(0, 3001, (45,))
+    ours = vocab_cross_entropy(logits, targets)
+    (ours * 0.5).backward()
+    grad = logits.grad.clone()
+    logits.grad = None
+    plain = F.cross_entropy(logits.float(), targets, reduction="sum")
+    (plain * 0.5).backward()
+    assert ours.dtype == torch.float32 and abs(ours.item() - plain.item()) <= 1e-5 * plain.item()
+    tolerance = 1e-6 if dtype == torch.float32 else 2e-3  # bf16: one rounding of the gradient
+    assert (grad.float() - logits.grad.float()).abs().max() <= tolerance
+    assert vocab_cross_entropy(logits[:0], targets[:0]).item() == 0.0
+
+
+def test_shards_tokenize_word_by_word_exactly(shared_data):
+    texts = ["a\u3000b  c", "naïve café ÅNGSTRÖM", "x\x1cy", "日本語のテキスト と 漢字", "", " ", "\x00\x01",
+             "한국어 문장입니다 .", "a" * 150 + " b", "end ", "Don't—stop!", "e\u0301t\u00e9"]
+    with open(f"{shared_data}/glue/SST-2/dev.tsv", encoding="utf-8") as f:
+        texts += [line.split("\t")[0] for line in f][1:]
+    for lowercase in (True, False):
+        tokenizer = Tokenizer.from_vocab(f"{shared_data}/bert/vocab.txt", lowercase=lowercase)
+        assert word_local(tokenizer.backend.to_str())
+        fast, fast_lengths = encode_sentences(tokenizer.backend, texts, by_words=True)
+        plain, plain_lengths = encode_sentences(tokenizer.backend, texts, by_words=False)
+        assert np.array_equal(fast, plain) and np.array_equal(fast_lengths, plain_lengths)
+        expected = [tokenizer.backend.encode(t, add_special_tokens=False).ids for t in texts]
+        assert plain_lengths.tolist() == [len(e) for e in expected]
+
+
+def test_word_by_word_is_refused_for_pipelines_that_see_across_spaces():
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models, pre_tokenizers
+
+    backend = Backend(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel()  # a space belongs to the next word's token
+    assert not word_local(backend.to_str())
+    spec = json.loads(Tokenizer.train(texts=["a b c"], vocab_size=30, min_frequency=1).backend.to_str())
+    assert word_local(json.dumps(spec))
+    spec["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": ""}
+    assert not word_local(json.dumps(spec))
+
+
+def test_a_bf16_run_tracks_the_fp32_run(tmp_path):
+    from bertforge.pretrain import pretrain
+    from bertforge.trainer import TrainOptions, read_metrics
+
+    if not getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
+        pytest.skip("no bf16 support on this CPU")
+    write_corpus(tmp_path / "corpus")
+    tokenizer = Tokenizer.train(files=[str(p) for p in sorted((tmp_path / "corpus").iterdir())], vocab_size=100)
+    tokenizer.save_pretrained(str(tmp_path / "tok"))
+    curves = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        options = TrainOptions(out=str(out), steps=40, lr=2e-3, log_every=5, eval_every=0, save_every=0,
+                               progress=False, precision=precision)
+        pretrain(str(tmp_path / "corpus"), str(out), preset="bert-tiny", tokenizer=str(tmp_path / "tok"),
+                 max_seq_length=32, batch_size=8, cache_dir=str(tmp_path / "cache"), options=options)
+        curves[precision] = np.array([r["loss"] for r in read_metrics(str(out)) if "loss" in r])
+    assert curves["fp32"][-1] < curves["fp32"][0] - 1.0  # both learn ...
+    assert np.abs(curves["bf16"] - curves["fp32"]).max() < 0.05 * curves["fp32"].max()  # ... alike
