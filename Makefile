@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test clean
+.PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Speed side by side with transformers (benchmarks/speed.py); not part of the tests. ~12 min.
+bench: $(STAMP)
+	$(BIN)/python benchmarks/speed.py --out runs/bench
 
 clean:
 	rm -rf $(VENV) runs

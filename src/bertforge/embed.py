@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .errors import BertforgeError
+from .allocator import reuse_freed_memory
 from .hf import load_pretrained
 from .tasks.common import in_length_order
 from .tokenizer import Tokenizer
@@ -53,23 +54,30 @@ def combine(hidden_states: tuple[torch.Tensor, ...], layers: str | int) -> torch
 
 
 def embed(directory: str, texts: list[str], layers: str | int = "last", pooling: str = "mean",
-          batch_size: int = 32, max_length: int | None = None) -> list[np.ndarray] | np.ndarray:
+          batch_size: int = 128, max_length: int | None = None, precision: str = "fp32") -> list[np.ndarray] | np.ndarray:
     """Vectors for `texts` from the encoder in `directory` (any HF BERT directory).
 
     `pooling`: `mean` over the real tokens, `cls` (the [CLS] vector), both giving an (N, D) array;
-    or `tokens`, giving one (tokens, D) array per text, special tokens included.
+    or `tokens`, giving one (tokens, D) array per text, special tokens included. Texts are batched
+    in order of length, so little is computed on padding. `precision` "bf16" runs the matrix
+    products in bf16 (about 1.7x faster on a CPU with AVX512-BF16; vectors then differ from fp32
+    ones by ~1e-2 at most); the vectors are always returned in fp32.
     """
     if pooling not in POOLING:
         raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
+    if precision not in ("fp32", "bf16"):
+        raise BertforgeError(f"precision must be fp32 or bf16, got {precision!r}")
+    reuse_freed_memory()
     tokenizer = Tokenizer.from_pretrained(directory)
     model = load_pretrained(directory).eval()
     encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_length)
     out = [None] * len(texts)
-    with torch.no_grad():
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    with torch.inference_mode(), autocast:
         for rows in in_length_order(encodings, batch_size):
             batch = tokenizer.pad([encodings[i] for i in rows])
             states = model(**batch, output_hidden_states=True).hidden_states
-            vectors = combine(states, layers)  # (B, T, D)
+            vectors = combine(states, layers).float()  # (B, T, D)
             mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
             for k, i in enumerate(rows):
                 n = len(encodings[i])

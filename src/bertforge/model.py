@@ -191,8 +191,10 @@ class Bert(nn.Module):
             position_ids = real.cumsum(1) * real + config.pad_token_id
         elif position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        # SDPA takes a boolean mask where True means "may attend"; (B, 1, 1, T) broadcasts over
-        # heads and query positions, so padding is hidden from every query.
+        if attention_mask is not None and input_ids.device.type == "cpu" and bool(attention_mask.all()):
+            attention_mask = None  # no padding: skip a pass over every score matrix (on a GPU, skip the sync)
+        # A boolean mask where True means "may attend"; (B, 1, 1, T) broadcasts over heads and
+        # query positions, so padding is hidden from every query.
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, E)
         if self.project is not None:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from .atomic import atomic_directory
 from .batches import Position
 from .errors import BertforgeError
+from .allocator import reuse_freed_memory
 from .hf import check_vocab_fits, load_parts, read_config, write_parts
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
 
@@ -104,6 +105,8 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         raise BertforgeError("give a budget: a number of steps, a number of minutes, or both")
     rank, world, device = distributed_setup()
     check_vocab_fits(tokenizer, model.bert.config)
+    if device.type == "cpu":
+        reuse_freed_memory()
     torch.manual_seed(o.seed)
     model.to(device)
     step, position, elapsed, total_steps, window = 0, Position(), 0.0, o.steps, None
