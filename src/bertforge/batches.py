@@ -52,8 +52,8 @@ class Position:
     index: int = 0
 
 
-# The loss terms whose inputs the data builds, and what each needs: sentence pairs with a label
-# (nsp: random next; sop: swapped), packed full sentences otherwise.
+# The loss terms the data can feed. nsp and sop need sentence pairs with a label (random next;
+# swapped); without either, rows are full sentences packed across documents.
 TERMS = ("mlm", "nsp", "sop", "sbo", "rtd")
 
 
