@@ -244,3 +244,28 @@ def test_resuming_continues_exactly(tmp_path, objective):
         return [(r["step"], r["loss"]) for r in read_metrics(str(out)) if "loss" in r]
 
     assert len(losses(tmp_path / "cut")) == 6 and losses(tmp_path / "cut") == losses(tmp_path / "again")
+
+
+def test_roberta_with_a_byte_level_bpe_vocabulary(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    assert main(["pretrain", "--objective", "roberta", "--byte-bpe", "--cased", "--whole-word",
+                 "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--preset", "bert-tiny",
+                 "--vocab-size", "300", "--batch-size", "8", "--max-seq-length", "32",
+                 "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "20", "--lr", "2e-3",
+                 "--log-every", "5"]) == 0
+    from bertforge import Tokenizer
+
+    ours = Tokenizer.from_pretrained(str(out / "model"))
+    assert ours.kind == "byte-bpe" and not (out / "model" / "vocab.txt").exists()
+    theirs = transformers.AutoTokenizer.from_pretrained(out / "model")
+    for text in ("Alpha beta gamma.", "Zeta, eta; théta ✓ 한국어"):
+        assert theirs(text)["input_ids"] == ours.encode(text).ids  # nothing is unknown to byte-level BPE
+        assert ours.decode(ours.encode(text).ids) == text
+    # whole words by the space symbol: "Ġalpha" starts a word, a piece without it continues one
+    continuation = {ours.id_to_token(i) for i in ours.continuation_ids()}
+    assert "Ġalpha" not in continuation and "." in continuation
+    model = transformers.RobertaForMaskedLM.from_pretrained(out / "model").eval()
+    records = [r for r in read_metrics(str(out)) if "loss" in r]
+    assert records[-1]["mlm_loss"] < records[0]["mlm_loss"]
+    assert model.config.vocab_size == ours.vocab_size

@@ -90,12 +90,11 @@ class PretrainingData:
         self.rank, self.world = rank, world
         self.cls_id, self.sep_id, self.pad_id, self.mask_id = (
             tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id)
-        vocab = tokenizer.backend.get_vocab()
         special = np.zeros(tokenizer.vocab_size, dtype=bool)
         special[list(tokenizer.special_ids)] = True
         self.random_ids = torch.from_numpy(np.flatnonzero(~special))
         continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
-        continuation[[i for token, i in vocab.items() if token.startswith("##")]] = True
+        continuation[tokenizer.continuation_ids()] = True
         self.continuation = torch.from_numpy(continuation)
         self.train_documents, self.eval_documents = split_documents(shards.num_documents, eval_fraction, seed)
         self._epoch_cache: tuple[int, np.ndarray, np.ndarray | None] | None = None

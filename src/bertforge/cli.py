@@ -23,10 +23,11 @@ def cmd_tokenizer_train(args) -> None:
     tokenizer = Tokenizer.train(
         files=args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
         lowercase=not args.cased, strip_accents=args.strip_accents, split_cjk=not args.no_cjk_split,
-        limit_alphabet=args.limit_alphabet, show_progress=True,
+        limit_alphabet=args.limit_alphabet, show_progress=True, kind="byte-bpe" if args.byte_bpe else "wordpiece",
     )
     tokenizer.save_pretrained(args.out)
-    print(f"wrote a {tokenizer.vocab_size}-token WordPiece vocabulary to {args.out}")
+    kind = "byte-level BPE" if args.byte_bpe else "WordPiece"
+    print(f"wrote a {tokenizer.vocab_size}-token {kind} vocabulary to {args.out}")
 
 
 def cmd_info(args) -> None:
@@ -63,7 +64,8 @@ def cmd_pretrain(args) -> None:
     result = pretrain(
         args.corpus, args.out, objective=args.objective, generator_fraction=args.generator_fraction,
         preset=args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-        lowercase=not args.cased, max_seq_length=args.max_seq_length, batch_size=args.batch_size,
+        lowercase=not args.cased, byte_bpe=args.byte_bpe, max_seq_length=args.max_seq_length,
+        batch_size=args.batch_size,
         short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
     )
@@ -195,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")
     pre.add_argument("--vocab-size", type=int, default=30522, help="size of a vocabulary learned on the corpus")
     pre.add_argument("--cased", action="store_true", help="keep case when learning the vocabulary")
+    pre.add_argument("--byte-bpe", action="store_true",
+                     help="learn a byte-level BPE vocabulary (RoBERTa's) instead of WordPiece")
     budget = pre.add_argument_group("budget (at least one)")
     budget.add_argument("--steps", type=int, help="optimizer steps")
     budget.add_argument("--max-minutes", type=float, help="wall-clock minutes of training")
@@ -350,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="do not put spaces around CJK ideographs (default: split, as BERT)")
     train.add_argument("--limit-alphabet", type=int, default=None,
                        help="keep at most this many distinct characters (default: all)")
+    train.add_argument("--byte-bpe", action="store_true",
+                       help="learn RoBERTa's byte-level BPE instead of WordPiece (case kept unless lowercased)")
     train.set_defaults(func=cmd_tokenizer_train)
     return parser
 

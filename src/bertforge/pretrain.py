@@ -81,12 +81,13 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
              short_seq_prob: float = 0.1, masking: MaskingOptions | None = None, layout: str = "auto",
              text_field: str = "text", cache_dir: str | None = None, eval_fraction: float = 0.02,
              resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
-             objective: str = "bert", generator_fraction: float = 0.25) -> dict:
+             objective: str = "bert", generator_fraction: float = 0.25, byte_bpe: bool = False) -> dict:
     """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
     electra) on `corpus` (files, folders, globs) and write it under `out`.
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory
-    `tokenizer`, or a new WordPiece vocabulary of `vocab_size` learned on the corpus. Without
+    `tokenizer`, or a new vocabulary of `vocab_size` learned on the corpus (WordPiece, or with
+    `byte_bpe` RoBERTa's byte-level BPE). Without
     `options`, `masking` or `batch_size`, the objective's defaults apply.
     Returns the trainer's summary.
     """
@@ -116,7 +117,8 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
             tok = Tokenizer.from_pretrained(tokenizer)
         elif rank == 0:
             tok = Tokenizer.train(texts=corpus_sentences(files, layout, text_field), vocab_size=vocab_size,
-                                  lowercase=lowercase, show_progress=options.progress)
+                                  lowercase=lowercase, show_progress=options.progress,
+                                  kind="byte-bpe" if byte_bpe else "wordpiece")
         if rank == 0:
             with atomic_directory(tokenizer_dir) as tmp:
                 tok.save_pretrained(tmp)

@@ -2,6 +2,8 @@
 
 Backed by Hugging Face's Rust `tokenizers` with BERT's own pipeline (BertNormalizer, BertPreTokenizer,
 WordPiece with `##` continuations), so that ids, token types and offsets equal `BertTokenizerFast`.
+RoBERTa's byte-level BPE (GPT-2's: every byte is a symbol, so nothing is ever unknown) is the other
+kind a vocabulary can be learned as; it keeps the same special tokens and input layout.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from dataclasses import dataclass
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
-from tokenizers.models import WordPiece
+from tokenizers.models import BPE, WordPiece
 
 from .errors import BertforgeError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 TRUNCATION = ("longest_first", "only_first", "only_second")
+KINDS = ("wordpiece", "byte-bpe")
 
 
 @dataclass
@@ -66,7 +69,23 @@ class Tokenizer:
             pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
             special_tokens=[(CLS, self.cls_id), (SEP, self.sep_id)],
         )
+        if self.kind == "byte-bpe":
+            # Offsets without the space byte-level BPE folds into the next token (answers in QA).
+            backend.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True),
+                                                          backend.post_processor])
         self._truncation: tuple | None = None
+
+    @property
+    def kind(self) -> str:
+        return "byte-bpe" if isinstance(self.backend.model, BPE) else "wordpiece"
+
+    def continuation_ids(self) -> list[int]:
+        """Ids of the pieces that continue a word rather than start one (whole-word masking, spans):
+        `##` pieces for WordPiece; for byte-level BPE, pieces not led by the space symbol `Ġ`."""
+        vocab = self.backend.get_vocab()
+        if self.kind == "wordpiece":
+            return [i for token, i in vocab.items() if token.startswith("##")]
+        return [i for token, i in vocab.items() if not token.startswith("\u0120") and i not in self.special_ids]
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -81,24 +100,44 @@ class Tokenizer:
         backend.decoder = decoders.WordPiece(prefix="##")
         return backend
 
+    @staticmethod
+    def _byte_pipeline(model: BPE, lowercase: bool) -> Backend:
+        backend = Backend(model)
+        if lowercase:
+            backend.normalizer = normalizers.Lowercase()
+        # A space before the first word too, so that a word is the same pieces wherever it stands.
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        backend.decoder = decoders.ByteLevel()
+        return backend
+
     @classmethod
     def train(cls, files: Iterable[str | os.PathLike] = (), texts: Iterable[str] = (), vocab_size: int = 30522,
               min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
               split_cjk: bool = True, limit_alphabet: int | None = None,
-              show_progress: bool = False) -> "Tokenizer":
-        """Learn a WordPiece vocabulary from text `files` and/or an iterable of `texts`.
+              show_progress: bool = False, kind: str = "wordpiece") -> "Tokenizer":
+        """Learn a vocabulary from text `files` and/or an iterable of `texts`: WordPiece, or with
+        `kind="byte-bpe"` RoBERTa's byte-level BPE (cased unless `lowercase`; the accent and CJK
+        options are WordPiece's).
 
         `limit_alphabet=None` keeps
         every character seen, so that scripts with many characters (Hangul, Han) are not reduced
         to [UNK]; set a limit to drop rare characters on noisy corpora.
         """
-        backend = cls._pipeline(WordPiece(unk_token=UNK, max_input_chars_per_word=100),
-                                lowercase, strip_accents, split_cjk)
-        options = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
-            continuing_subword_prefix="##", show_progress=show_progress, **options,
-        )
+        if kind not in KINDS:
+            raise BertforgeError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
+        if kind == "byte-bpe":
+            backend = cls._byte_pipeline(BPE(), lowercase)
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=show_progress)
+        else:
+            backend = cls._pipeline(WordPiece(unk_token=UNK, max_input_chars_per_word=100),
+                                    lowercase, strip_accents, split_cjk)
+            options = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
+            trainer = trainers.WordPieceTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+                continuing_subword_prefix="##", show_progress=show_progress, **options,
+            )
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
         for path in files:
             if not os.path.isfile(path):
@@ -160,23 +199,31 @@ class Tokenizer:
             backend = Backend.from_file(tokenizer_json)
         except Exception as e:  # the Rust library raises a bare Exception on malformed files
             raise BertforgeError(f"{tokenizer_json}: not a valid tokenizer file ({e})") from None
-        if not isinstance(backend.model, WordPiece):
-            raise BertforgeError(f"{tokenizer_json}: a {type(backend.model).__name__} model, not WordPiece")
+        byte_level = isinstance(backend.model, BPE) and isinstance(backend.pre_tokenizer, pre_tokenizers.ByteLevel)
+        if not isinstance(backend.model, WordPiece) and not byte_level:
+            raise BertforgeError(f"{tokenizer_json}: a {type(backend.model).__name__} model; only WordPiece and "
+                                 "byte-level BPE are supported")
+        if byte_level:  # the saved post-processor is rebuilt by the constructor
+            backend.post_processor = None
         try:
             return cls(backend, lowercase, strip_accents, split_cjk, max_length)
         except BertforgeError as e:
             raise BertforgeError(f"{tokenizer_json}: {e}") from None
 
     def save_pretrained(self, directory: str) -> None:
-        """Write `vocab.txt`, `tokenizer.json`, `tokenizer_config.json`, `special_tokens_map.json`."""
+        """Write `vocab.txt` (WordPiece only), `tokenizer.json`, `tokenizer_config.json`,
+        `special_tokens_map.json`."""
         os.makedirs(directory, exist_ok=True)
-        vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
-        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-            f.writelines(token + "\n" for token, _ in vocab)
+        if self.kind == "wordpiece":
+            vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
+            with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+                f.writelines(token + "\n" for token, _ in vocab)
         self.backend.save(os.path.join(directory, "tokenizer.json"))
         specials = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
         config = {
-            "tokenizer_class": "BertTokenizer",
+            # A byte-level BPE with BERT's special tokens is no HF slow class: the generic fast
+            # tokenizer reads tokenizer.json as it is.
+            "tokenizer_class": "BertTokenizer" if self.kind == "wordpiece" else "PreTrainedTokenizerFast",
             "do_lower_case": self.lowercase,
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.split_cjk,
@@ -248,6 +295,8 @@ class Tokenizer:
         """Turn ids back into text, joining `##` pieces. The result is NFC-composed: accent
         stripping decomposes Hangul syllables into jamo, and composing restores the syllables."""
         text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        if self.kind == "byte-bpe":
+            text = text.removeprefix(" ")  # the space added before the first word when encoding
         return unicodedata.normalize("NFC", text)
 
     def _set_truncation(self, max_length: int | None, strategy: str) -> None:
