@@ -8,7 +8,8 @@ better round counts; peak memory is each child's own maximum resident set):
      batches, bf16) against `BertForSequenceClassification` fed padded to the longest of each batch;
   3. embedding 4,000 SST-2 sentences, ours (sorted by length; bf16 and fp32) against `BertModel`,
      with the largest difference of the outputs;
-  4. corpus -> shards on the Gutenberg corpus at ~3 MB, 27 MB and ~100 MB (the corpus four times).
+  4. corpus -> shards on the Gutenberg corpus at ~3 MB, 27 MB and ~100 MB (the corpus four times);
+  and on request (--cases accuracy) the SST-2 dev accuracy after the same fine-tuning with each.
 Model FLOPs per second are given as a fraction of the bf16 and fp32 matrix-multiply peaks the suite
 measures first. The table is printed and saved (JSON) to --out.
 
@@ -240,6 +241,62 @@ def finetune_child(impl: str) -> dict:
     return {"sentences_per_s": sentences / seconds, "tokens_per_s": tokens / seconds, "peak_rss_mb": peak_rss_mb()}
 
 
+def accuracy_child(impl: str, work: str) -> dict:
+    """Fine-tune all-MiniLM-L6-v2 on the same 10,000 SST-2 training sentences (1 epoch, lr 5e-5
+    with 10% warm-up then linear decay, batch 32, seed 0) and score the whole dev set."""
+    import torch
+
+    texts, labels = sst2_sentences(10_000, seed=3)
+    dev = os.path.join(DATA, "glue", "SST-2", "dev.tsv")
+    start = time.perf_counter()
+    if impl == "ours":
+        from bertforge.finetune import finetune
+        from bertforge.tasks import make_task
+        from bertforge.trainer import TrainOptions
+
+        train = os.path.join(work, "sst2-10k.tsv")
+        with open(train, "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(texts, labels)))
+        out = os.path.join(work, "ours")
+        options = TrainOptions(out=out, lr=5e-5, warmup=0.1, progress=False, keep=1)
+        result = finetune(make_task("sst2", max_seq_length=128), train, dev, minilm(), out, epochs=1,
+                          batch_size=32, options=options)
+        accuracy = result["best"]["score"]
+    else:
+        import transformers
+
+        torch.manual_seed(0)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(minilm())
+        model = transformers.BertForSequenceClassification.from_pretrained(minilm(), num_labels=2).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01, fused=True)
+        order = torch.randperm(len(texts)).tolist()
+        steps = len(order) // 32
+        schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * steps), steps)
+        for step in range(steps):
+            rows = order[step * 32:(step + 1) * 32]
+            batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=128,
+                              return_tensors="pt")
+            model(**batch, labels=torch.tensor([labels[i] for i in rows])).loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+        model.eval()
+        with open(dev, encoding="utf-8") as f:
+            rows = [line.rstrip("\n").split("\t") for line in f][1:]
+        correct = 0
+        with torch.no_grad():
+            for i in range(0, len(rows), 64):
+                chunk = rows[i:i + 64]
+                batch = tokenizer([r[0] for r in chunk], padding=True, truncation=True, max_length=128,
+                                  return_tensors="pt")
+                predicted = model(**batch).logits.argmax(-1)
+                correct += int((predicted == torch.tensor([int(r[1]) for r in chunk])).sum())
+        accuracy = 100 * correct / len(rows)
+    return {"dev_accuracy": round(accuracy, 2), "minutes": round((time.perf_counter() - start) / 60, 1),
+            "peak_rss_mb": peak_rss_mb()}
+
+
 def inference_child(impl: str, out_path: str) -> dict:
     """Embed 4,000 sentences (tokenization included); save the mean-pooled vectors for comparison."""
     import numpy as np
@@ -307,20 +364,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/bench")
     parser.add_argument("--cases", nargs="+", default=["pretrain", "finetune", "inference", "shards"],
-                        choices=["pretrain", "finetune", "inference", "shards"])
+                        choices=["pretrain", "finetune", "inference", "shards", "accuracy"],
+                        help="accuracy (not in the default set, ~6 min): SST-2 dev accuracy after the same "
+                             "fine-tuning with each")
     parser.add_argument("--presets", nargs="+", default=PRESETS, choices=PRESETS)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, *rest = args.child
         result = {"peak": matmul_peak, "pretrain": pretrain_child, "finetune": finetune_child,
-                  "inference": inference_child, "shards": shards_child}[kind](*rest)
+                  "inference": inference_child, "shards": shards_child, "accuracy": accuracy_child}[kind](*rest)
         print(json.dumps(result))
         return
 
     started = time.perf_counter()
     os.makedirs(args.out, exist_ok=True)
-    needs_data = {"finetune", "inference", "shards"} & set(args.cases)
+    needs_data = {"finetune", "inference", "shards", "accuracy"} & set(args.cases)
     if needs_data and not os.path.isdir(DATA):
         print(f"shared data not found at {DATA}: skipping {', '.join(sorted(needs_data))}")
         args.cases = [c for c in args.cases if c not in needs_data]
@@ -378,6 +437,11 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     if "shards" in args.cases:
         report["shards"] = shards_case()
+    if "accuracy" in args.cases:
+        work = tempfile.mkdtemp(prefix="bench-accuracy-")
+        report["accuracy"] = {impl: child("accuracy", impl, work) for impl in ("ours", "transformers")}
+        print(json.dumps({"accuracy": report["accuracy"]}), flush=True)
+        shutil.rmtree(work, ignore_errors=True)
 
     report["rows"] = rows
     report["minutes"] = round((time.perf_counter() - started) / 60, 1)
@@ -392,6 +456,8 @@ def main() -> None:
                  if "max_abs_difference" in r else "")
         print(f"| {r['case']}{extra} | {r['ours']} {r['unit']}/s | {r['transformers']} | {r['ratio']}x | "
               f"{r['ours_peak_mb']} / {r['transformers_peak_mb']} | {mfu} |")
+    for impl, r in report.get("accuracy", {}).items():
+        print(f"SST-2 dev accuracy after the same fine-tuning, {impl}: {r['dev_accuracy']} ({r['minutes']} min)")
     for s in report.get("shards", []):
         print(f"shards: {s['corpus_mb']} MB in {s['seconds']:.1f} s = {s['mb_per_s']:.2f} MB/s, "
               f"peak {s['peak_rss_mb']:.0f} MB")

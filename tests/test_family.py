@@ -269,3 +269,44 @@ def test_roberta_with_a_byte_level_bpe_vocabulary(tmp_path):
     records = [r for r in read_metrics(str(out)) if "loss" in r]
     assert records[-1]["mlm_loss"] < records[0]["mlm_loss"]
     assert model.config.vocab_size == ours.vocab_size
+
+
+def test_electra_evaluation_is_repeatable_and_leaves_training_randomness_alone(tmp_path):
+    from contextlib import nullcontext
+
+    from bertforge import Tokenizer
+    from bertforge.batches import PretrainingData
+    from bertforge.config import preset
+    from bertforge.pretrain import masking_options
+    from bertforge.shards import build_shards
+    from bertforge.trainer import evaluate
+
+    write_corpus(tmp_path / "corpus", n_docs=40)
+    tokenizer = Tokenizer.train(files=[str(p) for p in sorted((tmp_path / "corpus").iterdir())], vocab_size=100)
+    shards = build_shards(str(tmp_path / "corpus"), tokenizer, cache_dir=str(tmp_path / "cache"), progress=False)
+    data = PretrainingData(shards, tokenizer, 8, max_seq_length=32, masking=masking_options("electra"),
+                           eval_fraction=0.2, terms=("mlm", "rtd"))
+    torch.manual_seed(0)
+    model = ElectraPretraining(preset("bert-tiny", vocab_size=tokenizer.vocab_size, model_type="electra"))
+    state = torch.get_rng_state()
+    first = evaluate(model, data, 5, nullcontext(), torch.device("cpu"))
+    assert torch.equal(torch.get_rng_state(), state)  # training's random stream is untouched
+    assert evaluate(model, data, 5, nullcontext(), torch.device("cpu")) == first  # same samples each time
+    assert set(first) >= {"mlm_loss", "rtd_loss", "rtd_accuracy"}
+    assert first["loss"] == pytest.approx(first["mlm_loss"] + 50 * first["rtd_loss"], rel=1e-4)
+
+
+def test_released_albert_configs_load():
+    from bertforge import BertConfig
+
+    # albert-base-v2's config.json as HF publishes it
+    config = BertConfig.from_dict({
+        "architectures": ["AlbertForMaskedLM"], "attention_probs_dropout_prob": 0, "bos_token_id": 2,
+        "classifier_dropout_prob": 0.1, "down_scale_factor": 1, "embedding_size": 128, "eos_token_id": 3,
+        "gap_size": 0, "hidden_act": "gelu_new", "hidden_dropout_prob": 0, "hidden_size": 768,
+        "initializer_range": 0.02, "inner_group_num": 1, "intermediate_size": 3072, "layer_norm_eps": 1e-12,
+        "max_position_embeddings": 512, "model_type": "albert", "net_structure_type": 0,
+        "num_attention_heads": 12, "num_hidden_groups": 1, "num_hidden_layers": 12, "num_memory_blocks": 0,
+        "pad_token_id": 0, "type_vocab_size": 2, "vocab_size": 30000})
+    assert (config.embedding_size, config.num_hidden_groups, config.hidden_act) == (128, 1, "gelu_new")
+    assert sum(p.numel() for p in Bert(config).parameters()) == 11_683_584  # ALBERT-base: 12M, as published

@@ -202,3 +202,21 @@ def test_span_and_ngram_lengths_follow_their_distributions(kind):
             counts[span_words(word_starts[row], maskable[row], s, e)] += 1
     observed = counts[1:] / counts.sum()
     assert np.abs(observed - lengths).max() < 0.03, (observed.round(3), lengths.round(3))
+
+
+def test_ngram_corruption_is_decided_per_token():
+    """ALBERT's create_pretraining_data draws [MASK] / random / unchanged for each token of an n-gram."""
+    from bertforge.masking import mask_spans, ngram_lengths
+
+    ids, maskable, word_starts = span_batch(B=200)
+    corrupted, labels, start, end = mask_spans(ids, maskable, word_starts, mask_id=MASK, random_ids=RANDOM_IDS,
+                                               rng=np.random.default_rng(0), lengths=ngram_lengths(),
+                                               per_span=False)
+    chosen = labels != IGNORE
+    assert abs((corrupted[chosen] == MASK).float().mean() - 0.8) < 0.02
+    mixed = 0
+    for row in range(len(ids)):
+        for s, e in set(zip(start[row][chosen[row]].tolist(), end[row][chosen[row]].tolist())):
+            masked = (corrupted[row, s:e] == MASK).tolist()
+            mixed += len(set(masked)) > 1
+    assert mixed > 100  # spans of several tokens often mix [MASK] with kept or random tokens

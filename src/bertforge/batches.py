@@ -197,7 +197,7 @@ class PretrainingData:
             corrupted, labels, *spans = mask_spans(
                 input_ids, maskable, word_starts, mask_id=self.mask_id, random_ids=self.random_ids,
                 rng=np.random.default_rng(_seed_int(seed)), lengths=lengths_p, mask_prob=m.mask_prob,
-                replace_prob=m.replace_prob, random_prob=m.random_prob)
+                replace_prob=m.replace_prob, random_prob=m.random_prob, per_span=m.scheme == "span")
         types, sentence = torch.from_numpy(types), torch.from_numpy(instances[:, -1].copy())
         mine = torch.arange(self.rank, len(instances), self.world)
         micro = []

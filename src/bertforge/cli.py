@@ -41,8 +41,7 @@ def cmd_info(args) -> None:
 
 
 def cmd_pretrain(args) -> None:
-    from .batches import MaskingOptions
-    from .pretrain import OBJECTIVES, pretrain, training_defaults
+    from .pretrain import masking_options, pretrain, training_defaults
     from .trainer import TrainOptions
 
     if args.steps is None and args.max_minutes is None:
@@ -59,8 +58,8 @@ def cmd_pretrain(args) -> None:
         eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
         progress=not args.quiet, compile=args.compile,
     )
-    masking = MaskingOptions(args.mask_prob, args.replace_prob, args.random_prob, args.whole_word,
-                             scheme=args.masking or OBJECTIVES[args.objective].masking)
+    masking = masking_options(args.objective, mask_prob=args.mask_prob, replace_prob=args.replace_prob,
+                              random_prob=args.random_prob, whole_word=args.whole_word or None, scheme=args.masking)
     result = pretrain(
         args.corpus, args.out, objective=args.objective, generator_fraction=args.generator_fraction,
         preset=args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
@@ -215,8 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--eval-fraction", type=float, default=0.02, help="share of documents held out")
     mask = pre.add_argument_group("masking")
     mask.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens predicted")
-    mask.add_argument("--replace-prob", type=float, default=0.8, help="share of those replaced by [MASK]")
-    mask.add_argument("--random-prob", type=float, default=0.1, help="share of those replaced by a random token")
+    mask.add_argument("--replace-prob", type=float,
+                      help="share of those replaced by [MASK] (default 0.8; electra 0.85, as its paper's code)")
+    mask.add_argument("--random-prob", type=float,
+                      help="share of those replaced by a random token (default 0.1; electra 0)")
     mask.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together (token scheme)")
     mask.add_argument("--masking", choices=["token", "span", "ngram"],
                       help="token: BERT; span: SpanBERT's geometric whole-word spans; ngram: ALBERT's n-grams "

@@ -29,6 +29,8 @@ _HF_BOOKKEEPING = {
     # summary); our heads take theirs from `classifier_dropout` and the family.
     "classifier_dropout_prob", "summary_type", "summary_use_proj", "summary_activation",
     "summary_last_dropout", "summary_first_dropout",
+    # Written by HF's AlbertConfig for every ALBERT, unused by its model.
+    "down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks",
 }
 
 # The encoder families, by HF `model_type`. ALBERT and ELECTRA may have word embeddings narrower
@@ -39,7 +41,8 @@ MODEL_TYPES = ("bert", "albert", "roberta", "electra")
 
 @dataclass
 class BertConfig:
-    """The shape and regularisation of a BERT encoder, spelled exactly as HF's `BertConfig`.
+    """The shape and regularisation of a BERT-family encoder, spelled as HF's `BertConfig`
+    (and `AlbertConfig`, `RobertaConfig`, `ElectraConfig` for the fields they add).
 
     Defaults are those of BERT-base (Devlin et al., 2019). `architectures` records which HF class
     a saved checkpoint corresponds to (e.g. `BertForPreTraining`); it does not change the encoder.

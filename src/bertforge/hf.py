@@ -1,4 +1,5 @@
-"""Hugging Face format: the one key map between our parameter names and HF BERT's, and checkpoint I/O.
+"""Hugging Face format: the key maps between our parameter names and HF's for BERT, ALBERT, RoBERTa
+and ELECTRA, and checkpoint I/O.
 
 A checkpoint directory holds `config.json`, `model.safetensors` and the tokenizer files, exactly as
 `transformers` writes them, so that models move both ways. Weights are read with safetensors (or,

@@ -2,11 +2,14 @@
 
 For each document, sentences are gathered until a target length is reached; a random cut makes
 segment A; segment B is the rest of the gathered text or, half the time, text from a random other
-document (the next-sentence-prediction negative); the pair is then trimmed to fit.
+document (the next-sentence-prediction negative); the pair is then trimmed to fit. ALBERT's
+sentence-order pairs swap A and B instead; RoBERTa's full-sentence rows (`create_packed_instances`)
+pack whole sentences across documents.
 
 Because a document's sentences lie back to back in the shard's token array, every segment is a
-plain range of it: an instance is five integers (A start, A end, B start, B end, is-random-next),
-which keeps a whole epoch's instances small whatever the corpus size.
+plain range of it: a pair is five integers (first start, first end, second start, second end,
+label: random next for NSP, swapped for SOP), which keeps a whole epoch's instances small whatever
+the corpus size.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Masked-LM corruption (Devlin et al., 2019): pick 15% of the tokens, replace 80% of those with
 [MASK], 10% with a random token, and leave 10% unchanged; the model must predict all of them.
+The tokens are picked one by one, by whole words, or (`mask_spans`) as SpanBERT's spans and
+ALBERT's n-grams.
 
 A pure function of its inputs and a seeded generator, applied to each batch as it is drawn
 ("dynamic masking"), vectorised over the batch.
@@ -107,6 +109,7 @@ def mask_spans(
     mask_prob: float = 0.15,
     replace_prob: float = 0.8,
     random_prob: float = 0.1,
+    per_span: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Corrupt `input_ids` (B, T) by masking contiguous spans of whole words (SpanBERT; ALBERT's
     n-grams with `ngram_lengths`); return (corrupted ids, labels, span start, span end).
@@ -114,8 +117,10 @@ def mask_spans(
     Span lengths, counted in words, are drawn from `lengths` (`lengths[i]` = P(i + 1 words)); a
     span starts at a random word and stays inside its segment. Spans are added until
     round(mask_prob x maskable tokens) tokens are covered: a span that would overshoot is cut to
-    the words that fit, and spans never overlap. [MASK] / random / unchanged (80/10/10) is decided
-    once per span, so a span is corrupted as a whole. `span start` and `span end` (B, T) give, for
+    the words that fit, and spans never overlap; a row whose words cannot fit the budget (fifty
+    draws in a row fail) stays below it. [MASK] / random / unchanged (80/10/10) is decided once per
+    span with `per_span` (SpanBERT: a span is corrupted as a whole), else per token (ALBERT's
+    n-grams). `span start` and `span end` (B, T) give, for
     each predicted token, the position of its span's first token and the position just after its
     last (-1 elsewhere): the span-boundary objective reads the tokens at start - 1 and end.
     """
@@ -130,11 +135,10 @@ def mask_spans(
         for s, e in _row_spans(ok[row], starts[row], rng, lengths, mask_prob):
             labels[row, s:e] = ids[row, s:e]
             span_start[row, s:e], span_end[row, s:e] = s, e
-            action = rng.random()
-            if action < replace_prob:
-                corrupted[row, s:e] = mask_id
-            elif action < replace_prob + random_prob:
-                corrupted[row, s:e] = rng.choice(random_pool, size=e - s)
+            action = np.full(e - s, rng.random()) if per_span else rng.random(e - s)
+            to_mask, to_random = action < replace_prob, (action >= replace_prob) & (action < replace_prob + random_prob)
+            corrupted[row, s:e][to_mask] = mask_id
+            corrupted[row, s:e][to_random] = rng.choice(random_pool, size=int(to_random.sum()))
     return (torch.from_numpy(corrupted), torch.from_numpy(labels), torch.from_numpy(span_start),
             torch.from_numpy(span_end))
 

@@ -1,7 +1,7 @@
 """The BERT encoder (Devlin et al., 2019), top to bottom in one file.
 
 embeddings (token + position + segment, LayerNorm, dropout) -> N post-LayerNorm Transformer layers
--> tanh pooler over [CLS]. Imports only torch and the config: training, data, heads and checkpoint
+-> tanh pooler over [CLS] (left out when nothing reads it). Imports only torch and the config: training, data, heads and checkpoint
 formats live elsewhere. Shapes: B batch, T tokens, H hidden, N heads, D head size (H = N * D),
 E embedding width (= H except in ALBERT and ELECTRA).
 
@@ -155,7 +155,8 @@ class EncoderOutput(NamedTuple):
 
 
 class Bert(nn.Module):
-    """The BERT encoder with its pooler. Knows nothing of objectives or tasks: heads are separate."""
+    """The BERT encoder, with its pooler unless `pooler=False`. Knows nothing of objectives or
+    tasks: heads are separate."""
 
     def __init__(self, config: BertConfig, pooler: bool = True):
         super().__init__()

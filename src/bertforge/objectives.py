@@ -2,10 +2,10 @@
 
 An objective's `forward(batch)` returns `(losses, correct)`: `losses` maps a term's name to the SUM
 of its loss over the batch, `correct` to its number of correct predictions, and the batch's
-`counts` give each term's denominator. Vocabulary-sized losses are computed in fp32 (see `losses`). The trainer divides by the counts summed over a whole step
+`counts` give each term's denominator. The trainer divides by the counts summed over a whole step
 (all micro-batches, all processes), so the loss is exactly that of one large batch however it is
-split, and weighs the terms by the objective's `loss_weights` (1 when absent). The trainer never
-looks at the names.
+split, and weighs the terms by the objective's `loss_weights` (1 when absent); otherwise it never
+looks at the names. Vocabulary-sized losses are computed in fp32 (see `losses`).
 
 Terms: `mlm` (masked LM), `nsp` (next-sentence prediction), `sop` (ALBERT's sentence order),
 `sbo` (SpanBERT's span boundary), `rtd` (ELECTRA's replaced-token detection).

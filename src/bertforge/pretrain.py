@@ -30,7 +30,7 @@ class Objective:
     summary: str
     model_type: str
     terms: tuple[str, ...]
-    masking: str = "token"
+    masking: dict = field(default_factory=dict)  # MaskingOptions fields
     model: dict = field(default_factory=dict)
     training: dict = field(default_factory=dict)
     batch_size: int = 32
@@ -45,13 +45,15 @@ OBJECTIVES = {
         # BERT's batch and learning rate here (the paper's 8k batches are out of a CPU's reach).
         training={"betas": (0.9, 0.98), "eps": 1e-6, "lr": 2e-4}, batch_size=64),
     "span": Objective("SpanBERT: masked whole-word spans + span-boundary objective, single segments, no NSP",
-                      "bert", ("mlm", "sbo"), masking="span"),
+                      "bert", ("mlm", "sbo"), masking={"scheme": "span"}),
     "albert": Objective(
         "ALBERT: factorised embeddings (E=128), one set of layer weights shared by all layers, "
-        "n-gram masking + sentence-order prediction", "albert", ("mlm", "sop"), masking="ngram",
+        "n-gram masking + sentence-order prediction", "albert", ("mlm", "sop"), masking={"scheme": "ngram"},
         model={"embedding_size": 128, "num_hidden_groups": 1}),
+    # ELECTRA's generator input: [MASK] at 85% of the chosen positions, the rest left unchanged and
+    # no random tokens (its pretrain_helpers.mask); the discriminator sees samples at all of them.
     "electra": Objective("ELECTRA: a 1/4-width generator fills the masks, the discriminator spots replaced tokens",
-                         "electra", ("mlm", "rtd")),
+                         "electra", ("mlm", "rtd"), masking={"replace_prob": 0.85, "random_prob": 0.0}),
 }
 
 
@@ -62,6 +64,11 @@ def build_objective(name: str, config, generator_fraction: float = 0.25):
         return ElectraPretraining(config, generator_fraction)
     sentence = next((t for t in terms if t in ("nsp", "sop")), None)
     return BertPretraining(config, sentence=sentence, span_boundary="sbo" in terms)
+
+
+def masking_options(name: str, **given) -> MaskingOptions:
+    """The objective's masking, with any option the user gave (None: not given) taking precedence."""
+    return MaskingOptions(**{**OBJECTIVES[name].masking, **{k: v for k, v in given.items() if v is not None}})
 
 
 def training_defaults(name: str) -> dict:
@@ -96,14 +103,15 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
     recipe = OBJECTIVES[objective]
     options = options or TrainOptions(out=out, **training_defaults(objective))
     options.out = out
-    masking = masking or MaskingOptions(scheme=recipe.masking)
+    masking = masking or masking_options(objective)
     batch_size = batch_size or recipe.batch_size
     if batch_size < 1 or not 0 <= eval_fraction < 1:
         raise BertforgeError("batch_size must be positive and eval_fraction in [0, 1)")
     rank, world, _ = distributed_setup()
     files = find_files(corpus)
     run_config = {
-        "objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset, "max_seq_length": max_seq_length,
+        "objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset,
+        "generator_fraction": generator_fraction if objective == "electra" else None, "max_seq_length": max_seq_length,
         "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
         "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
     }
@@ -148,7 +156,7 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
 
 
 # What must not change between a run and its resumption: the data stream depends on all of it.
-RESUME_KEYS = ("objective", "corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking", "layout", "text_field",
+RESUME_KEYS = ("objective", "generator_fraction", "corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking", "layout", "text_field",
                "eval_fraction", "seed")
 
 

@@ -206,14 +206,14 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                     losses, correct = net(_to(batch, device))
                     # Each term over its whole-step count; DDP averages gradients over processes,
                     # so multiplying by the world size makes the result the sum over all of them.
-                    loss = sum(weights.get(k, 1.0) * losses[k] / totals[k] for k in losses) * world
+                    loss = sum(weights.get(k, 1.0) * losses[k] / max(totals[k], 1) for k in losses) * world
                 loss.backward()
                 for k in losses:
                     step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
                 for k in correct:
                     step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
             step_sums = _all_sum(step_sums, device)
-            step_loss = sum(weights.get(k, 1.0) * step_sums[f"{k}_loss"] / totals[k] for k in totals)
+            step_loss = sum(weights.get(k, 1.0) * step_sums[f"{k}_loss"] / max(totals[k], 1) for k in totals)
             if not math.isfinite(step_loss):
                 latest = latest_checkpoint(o.out)
                 raise TrainingStopped(
@@ -277,11 +277,14 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
 
 
 def evaluate(net, data, max_batches: int, autocast, device) -> dict:
-    """Held-out loss and accuracy per term, over the same batches every time."""
+    """Held-out loss and accuracy per term, over the same batches every time. Anything random in
+    the objective (ELECTRA's samples) draws from a fixed seed, and the training stream is untouched."""
     was_training = net.training
     net.eval()
     sums, totals = {}, {}
-    with torch.no_grad(), autocast:
+    devices = [device] if device.type == "cuda" else []
+    with torch.no_grad(), autocast, torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
         for batch in data.eval_batches(max_batches):
             losses, correct = net(_to(batch, device))
             for k in losses:
@@ -431,6 +434,7 @@ def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed,
             state = {
                 "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
                 "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                 "window": window, "best": best,
             }
             torch.save(state, os.path.join(tmp, STATE_FILE))
@@ -457,6 +461,8 @@ def _restore(model, optimizer, directory: str, device):
         raise BertforgeError(f"{os.path.join(latest, STATE_FILE)}: cannot be read ({e})") from None
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"].cpu())
+    if state.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
     window = state.get("window") or (None, 0)
     return (state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"], window,
             state.get("best"))
