@@ -131,7 +131,7 @@ def pretrain_step(impl: str, preset_name: str):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return loss.item()
 
     tokens = BATCH * LENGTH
     return step, model_flops_per_token(config, LENGTH, float(predicted.float().mean()), True, True) * tokens
