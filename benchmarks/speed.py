@@ -64,14 +64,14 @@ def matmul_peak() -> dict:
     return out
 
 
-def model_flops_per_token(config, tokens_per_row: int, predicted_share: float, training: bool,
-                          vocab_head: bool) -> float:
-    """Model FLOPs per token: the matrix products the model needs (2 per multiply-add), forward x 3
-    when training. The MLM head counts at the predicted positions only, for both implementations."""
+def training_flops_per_token(config, tokens_per_row: int, predicted_share: float) -> float:
+    """Model FLOPs per token of a pretraining step: the matrix products the model needs (2 per
+    multiply-add), forward x 3 for forward and backward. The MLM head counts at the predicted
+    positions only, for both implementations."""
     H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * tokens_per_row * H  # projections, FFN, attention
-    head = predicted_share * 2 * (H * H + H * config.vocab_size) if vocab_head else 0.0
-    return (L * per_layer + head) * (3 if training else 1)
+    head = predicted_share * 2 * (H * H + H * config.vocab_size)
+    return (L * per_layer + head) * 3
 
 
 def pretrain_step(impl: str, preset_name: str):
@@ -134,7 +134,7 @@ def pretrain_step(impl: str, preset_name: str):
         return loss.item()
 
     tokens = BATCH * LENGTH
-    return step, model_flops_per_token(config, LENGTH, float(predicted.float().mean()), True, True) * tokens
+    return step, training_flops_per_token(config, LENGTH, float(predicted.float().mean())) * tokens
 
 
 def pretrain_child(impl: str, preset_name: str) -> dict:

@@ -172,9 +172,15 @@ def test_span_boundary_head_on_a_hand_example():
         h = F.layer_norm(F.gelu(h @ head.dense2.weight.T + head.dense2.bias), (8,), head.norm2.weight, head.norm2.bias,
                          1e-12)
         assert torch.allclose(logits[i], h @ words.T + head.bias, atol=1e-5)
-    # the objective's SBO loss is the cross-entropy of those logits against the span's tokens
-    loss = F.cross_entropy(logits, batch["mlm_targets"], reduction="sum")
-    assert batch["mlm_targets"].tolist() == [20, 21, 22] and loss.item() > 0
+    # the objective reads the boundary tokens of its own encoding and scores the span's tokens
+    assert batch["mlm_targets"].tolist() == [20, 21, 22]
+    model = BertPretraining(tiny_config(), sentence=None, span_boundary=True).eval()
+    with torch.no_grad():
+        losses, _ = model(batch)
+        hidden = model.bert(ids, torch.zeros_like(ids), torch.ones_like(ids)).last_hidden_state[0]  # (T, H)
+        expected = model.sbo(hidden[[1, 1, 1]], hidden[[5, 5, 5]], torch.arange(3),
+                             model.bert.embeddings.word.weight)
+    assert abs(losses["sbo"].item() - F.cross_entropy(expected, batch["mlm_targets"], reduction="sum").item()) < 1e-4
 
 
 def test_cli_objectives_are_the_recipes():

@@ -198,14 +198,16 @@ class PretrainingData:
                 input_ids, maskable, word_starts, mask_id=self.mask_id, random_ids=self.random_ids,
                 rng=np.random.default_rng(_seed_int(seed)), lengths=lengths_p, mask_prob=m.mask_prob,
                 replace_prob=m.replace_prob, random_prob=m.random_prob, per_span=m.scheme == "span")
-        types, sentence = torch.from_numpy(types), torch.from_numpy(instances[:, -1].copy())
+        types = torch.from_numpy(types)
+        # Pairs carry their NSP / SOP label in the last column; packed rows have none.
+        sentence = torch.from_numpy(instances[:, IS_RANDOM].copy()) if self.sentence_term else None
         mine = torch.arange(self.rank, len(instances), self.world)
         micro = []
         for rows in mine.chunk(self.accum):
             width = int(lengths[rows.numpy()].max())  # no wider than the longest row of this micro-batch
             micro.append(make_batch(
                 corrupted[rows, :width], types[rows, :width], attention_mask[rows, :width], labels[rows, :width],
-                terms=self.terms, sentence_labels=sentence[rows] if self.sentence_term else None,
+                terms=self.terms, sentence_labels=None if sentence is None else sentence[rows],
                 spans=[s[rows, :width] for s in spans] if spans and "sbo" in self.terms else None))
         return micro
 

@@ -27,7 +27,6 @@ class Objective:
     sentence pairs for nsp/sop, packed full sentences otherwise), the default masking scheme and
     model settings, and the training defaults its paper uses where they differ from BERT's."""
 
-    summary: str
     model_type: str
     terms: tuple[str, ...]
     masking: dict = field(default_factory=dict)  # MaskingOptions fields
@@ -37,23 +36,24 @@ class Objective:
 
 
 OBJECTIVES = {
-    "bert": Objective("BERT: masked LM + next-sentence prediction on sentence pairs", "bert", ("mlm", "nsp")),
+    # BERT: masked LM + next-sentence prediction on sentence pairs.
+    "bert": Objective("bert", ("mlm", "nsp")),
+    # RoBERTa: masked LM alone on full sentences packed across documents, dynamic masking.
     "roberta": Objective(
-        "RoBERTa: masked LM alone on full sentences packed across documents, dynamic masking", "roberta", ("mlm",),
-        model={"type_vocab_size": 1},
+        "roberta", ("mlm",), model={"type_vocab_size": 1},
         # Liu et al. (2019): Adam beta2 0.98 for stability with large batches, eps 1e-6; twice
         # BERT's batch and learning rate here (the paper's 8k batches are out of a CPU's reach).
         training={"betas": (0.9, 0.98), "eps": 1e-6, "lr": 2e-4}, batch_size=64),
-    "span": Objective("SpanBERT: masked whole-word spans + span-boundary objective, single segments, no NSP",
-                      "bert", ("mlm", "sbo"), masking={"scheme": "span"}),
-    "albert": Objective(
-        "ALBERT: factorised embeddings (E=128), one set of layer weights shared by all layers, "
-        "n-gram masking + sentence-order prediction", "albert", ("mlm", "sop"), masking={"scheme": "ngram"},
-        model={"embedding_size": 128, "num_hidden_groups": 1}),
-    # ELECTRA's generator input: [MASK] at 85% of the chosen positions, the rest left unchanged and
-    # no random tokens (its pretrain_helpers.mask); the discriminator sees samples at all of them.
-    "electra": Objective("ELECTRA: a 1/4-width generator fills the masks, the discriminator spots replaced tokens",
-                         "electra", ("mlm", "rtd"), masking={"replace_prob": 0.85, "random_prob": 0.0}),
+    # SpanBERT: masked whole-word spans + span-boundary objective, single segments, no NSP.
+    "span": Objective("bert", ("mlm", "sbo"), masking={"scheme": "span"}),
+    # ALBERT: factorised embeddings (E=128), one set of layer weights shared by all layers, n-gram
+    # masking + sentence-order prediction.
+    "albert": Objective("albert", ("mlm", "sop"), masking={"scheme": "ngram"},
+                        model={"embedding_size": 128, "num_hidden_groups": 1}),
+    # ELECTRA: a 1/4-width generator fills the masks, the discriminator spots replaced tokens. The
+    # generator's input: [MASK] at 85% of the chosen positions, the rest left unchanged and no
+    # random tokens (its pretrain_helpers.mask); the discriminator sees samples at all of them.
+    "electra": Objective("electra", ("mlm", "rtd"), masking={"replace_prob": 0.85, "random_prob": 0.0}),
 }
 
 
