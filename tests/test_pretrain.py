@@ -245,7 +245,7 @@ def test_one_sentence_documents_warn_that_nsp_degenerates(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "speeches.txt").write_text("\n\n".join(f"speech number {i} ends here." for i in range(300)) + "\n")
-    with pytest.warns(UserWarning, match=r"of the next-sentence pairs are random.*--layout prose"):
+    with pytest.warns(UserWarning, match=r"of the documents have a single sentence.*--layout prose"):
         pretrain(str(corpus), str(tmp_path / "run"), preset="bert-tiny", vocab_size=60, max_seq_length=32,
                  batch_size=8, cache_dir=str(tmp_path / "cache"), options=small_options(tmp_path / "run", steps=1))
 

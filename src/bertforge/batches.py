@@ -112,12 +112,13 @@ class PretrainingData:
             if len(instances) < self.batch_size:
                 raise BertforgeError(f"the corpus makes only {len(instances)} training instances, fewer than "
                                      f"one batch of {self.batch_size}; use more text or a smaller batch")
-            random_share = instances[:, IS_RANDOM].mean() if self.sentence_term == "nsp" else 0.5
-            if epoch == 0 and random_share > 0.7:
-                # A one-sentence document can only be paired with a random B (as in the original),
-                # so NSP degenerates into always answering "random".
-                warnings.warn(f"{random_share:.0%} of the next-sentence pairs are random (50% expected): most "
-                              "documents have a single sentence. If blank lines separate paragraphs rather than "
+            docs = self.train_documents
+            single = np.mean(self.shards.documents[docs + 1] - self.shards.documents[docs] == 1)
+            if epoch == 0 and self.sentence_term == "nsp" and single > 0.7:
+                # A one-sentence document's pairs are cut inside its sentence: NSP then learns little
+                # about sentences, and the corpus layout was probably misread.
+                warnings.warn(f"{single:.0%} of the documents have a single sentence, so next-sentence pairs "
+                              "are cut inside sentences. If blank lines separate paragraphs rather than "
                               "documents, use --layout prose.", stacklevel=2)
             self._epoch_cache = (epoch, instances, pieces)
         return self._epoch_cache[1], self._epoch_cache[2]

@@ -1,7 +1,8 @@
 """Model configuration: a dataclass whose field names are the keys of a Hugging Face `config.json`.
 
-One config serves the four encoder families we train and export: BERT, ALBERT, RoBERTa and ELECTRA.
-They share the Transformer layer; they differ in the few fields below `model_type`.
+One config serves the five encoder families we train and export: BERT, ALBERT, RoBERTa, ELECTRA and
+RoFormer (BERT with rotary positions). They share the Transformer layer; they differ in the few
+fields below `model_type`.
 
 Torch-free on purpose, so that configs can be read, validated and printed without loading a model.
 """
@@ -35,8 +36,9 @@ _HF_BOOKKEEPING = {
 
 # The encoder families, by HF `model_type`. ALBERT and ELECTRA may have word embeddings narrower
 # than the hidden size (`embedding_size`), projected up; ALBERT shares one layer's weights across
-# layers (`num_hidden_groups` sets of weights); RoBERTa numbers positions from pad_token_id + 1.
-MODEL_TYPES = ("bert", "albert", "roberta", "electra")
+# layers (`num_hidden_groups` sets of weights); RoBERTa numbers positions from pad_token_id + 1;
+# RoFormer (Su et al., 2021) has no position table and rotates queries and keys by position instead.
+MODEL_TYPES = ("bert", "albert", "roberta", "electra", "roformer")
 
 
 @dataclass
@@ -65,6 +67,7 @@ class BertConfig:
     embedding_size: int | None = None  # ALBERT and ELECTRA; None: the hidden size
     num_hidden_groups: int | None = None  # ALBERT: distinct sets of layer weights (1: all shared)
     inner_group_num: int | None = None  # ALBERT: layers per group; only 1 is supported, as released
+    rotary_value: bool | None = None  # RoFormer: rotate values too; only False, as released
     architectures: list[str] = field(default_factory=lambda: ["BertModel"])
     # Fine-tuned models: HF's own keys for the head, so `AutoModelFor...` rebuilds it ...
     id2label: dict[int, str] | None = None
@@ -104,11 +107,18 @@ class BertConfig:
         else:
             for name in ("num_hidden_groups", "inner_group_num"):
                 _check(getattr(self, name) is None, name, "unset outside ALBERT", getattr(self, name))
-        if self.model_type == "electra":
+        if self.model_type == "roformer":
+            self.rotary_value = bool(self.rotary_value)
+            _check(not self.rotary_value, "rotary_value", "false (rotary queries and keys only)", self.rotary_value)
+            _check(self.head_size % 2 == 0, "num_attention_heads", "a count giving an even head size (rotary pairs)",
+                   self.num_attention_heads)
+        else:
+            _check(self.rotary_value is None, "rotary_value", "unset outside RoFormer", self.rotary_value)
+        if self.model_type in ("electra", "roformer"):
             self.embedding_size = self.embedding_size or self.hidden_size
         elif self.model_type != "albert":
             _check(self.embedding_size in (None, self.hidden_size), "embedding_size",
-                   "the hidden size (only ALBERT and ELECTRA factorise embeddings)", self.embedding_size)
+                   "the hidden size (only ALBERT, ELECTRA and RoFormer factorise embeddings)", self.embedding_size)
             self.embedding_size = None
         if self.embedding_size is not None:
             _check(isinstance(self.embedding_size, int) and self.embedding_size > 0, "embedding_size",

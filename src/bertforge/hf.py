@@ -18,12 +18,12 @@ from torch import nn
 from .atomic import atomic_directory
 from .config import BertConfig
 from .errors import BertforgeError
-from .model import Bert
+from .model import Bert, rotary_tables
 
 # (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
 # prefix (`bert.`, `albert.`, ...) and their heads beside it.
-FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra"}
+FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra", "roformer": "RoFormer"}
 
 EMBEDDING_KEYS = [
     ("embeddings.word.weight", "embeddings.word_embeddings.weight"),
@@ -66,9 +66,11 @@ QKV_HF = {"bert": "encoder.layer.{}.attention.self.{}.{}",
           "albert": "encoder.albert_layer_groups.{}.albert_layers.0.attention.{}.{}"}
 QKV_PARTS = ("query", "key", "value")
 # The projection from embedding width to hidden width (ALBERT, ELECTRA)
-PROJECTION_KEYS = {"albert": "encoder.embedding_hidden_mapping_in", "electra": "embeddings_project"}
-# Where the pooler lives. ELECTRA has none; RoBERTa's and ELECTRA's sentence classifiers hold our
-# pooler as their first layer (see `head_keys`).
+PROJECTION_KEYS = {"albert": "encoder.embedding_hidden_mapping_in", "electra": "embeddings_project",
+                   "roformer": "embeddings_project"}
+# Where the pooler lives. ELECTRA and RoFormer have none; RoBERTa's, ELECTRA's and RoFormer's
+# sentence classifiers hold our pooler as their first layer (see `head_keys`). RoFormer pretrained
+# with NSP keeps its pooler in our heads file.
 POOLER_KEYS = {"bert": "pooler.dense", "roberta": "pooler.dense", "albert": "pooler"}
 
 # Heads, by the attribute name a composite model gives them (ours relative to the head module),
@@ -78,8 +80,14 @@ _MLM = {
     "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
     "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
     "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias"),
+    "roformer": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
 }
-_SENTENCE = {"bert": "cls.seq_relationship", "albert": "sop_classifier.classifier"}  # NSP; ALBERT's SOP
+# NSP; ALBERT's SOP; RoFormer's NSP is ours alone (HF's RoFormerForMaskedLM has no sentence head).
+_SENTENCE = {"bert": "cls.seq_relationship", "albert": "sop_classifier.classifier", "roformer": "bertforge_nsp"}
+# RoFormer's sinusoidal table: HF stores it, though it is a function of the config (see `rotary_table_hf`).
+ROTARY_TABLE = "encoder.embed_positions.weight"
+# Classes HF lacks, saved as the nearest it has (the missing heads go in our heads file).
+NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM"}
 
 
 def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
@@ -104,15 +112,17 @@ def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[s
     }
     if model_type in _SENTENCE:
         heads["nsp"] = _linear("dense", _SENTENCE[model_type])
-    if model_type in ("roberta", "electra") and architecture.endswith("ForSequenceClassification"):
+    if model_type in ("roberta", "electra", "roformer") and architecture.endswith("ForSequenceClassification"):
         heads["classifier"] = _linear("dense", "classifier.out_proj")
     return heads
 
 
 def pooler_key(model_type: str, architecture: str = "") -> str | None:
     """The HF name of our pooler's dense layer in this family's class (None: the class has none)."""
-    if model_type in ("roberta", "electra") and architecture.endswith("ForSequenceClassification"):
-        return "classifier.dense"  # dense -> tanh (RoBERTa) or GELU (ELECTRA) -> dropout -> out_proj
+    if model_type in ("roberta", "electra", "roformer") and architecture.endswith("ForSequenceClassification"):
+        return "classifier.dense"  # dense -> tanh (RoBERTa), GELU (ELECTRA) or hidden_act (RoFormer) -> out_proj
+    if model_type == "roformer":
+        return "bertforge_pooler.dense" if architecture == "BertForPreTraining" else None
     if model_type == "electra" and architecture.endswith("ForMultipleChoice"):
         return "sequence_summary.summary"  # dense -> GELU, as ELECTRA's pooler
     return POOLER_KEYS.get(model_type)
@@ -121,7 +131,8 @@ def pooler_key(model_type: str, architecture: str = "") -> str | None:
 # HF prefixes of heads we know but a given model may not use (so they are skipped, not errors).
 KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "predictions.", "sop_classifier.", "lm_head.",
                        "generator_predictions.", "generator_lm_head.", "discriminator_predictions.",
-                       "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.")
+                       "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.", "bertforge_pooler.",
+                       "bertforge_nsp.")
 
 # Heads of ours that no HF class has (SpanBERT's boundary head, the scalar mix) live in a file of
 # their own beside model.safetensors.
@@ -131,7 +142,7 @@ EXTRA_FILE = "bertforge_heads.safetensors"
 LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
 # Exception 3: buffers or tied copies HF may store that carry no weights of their own.
 DERIVED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.predictions.decoder.bias",
-                "predictions.decoder.bias", "lm_head.decoder.bias")
+                "predictions.decoder.bias", "lm_head.decoder.bias", ROTARY_TABLE)
 # Decoders tied to the word embeddings: must equal them when present.
 TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
                  "generator_lm_head.weight")
@@ -139,14 +150,15 @@ TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight",
 
 def hf_class(model_type: str, architecture: str) -> str:
     """The HF class of this family for one of ours: `BertForMaskedLM` is `RobertaForMaskedLM` in RoBERTa."""
-    return FAMILY_CLASS[model_type] + architecture.removeprefix("Bert") if architecture.startswith("Bert") \
+    name = FAMILY_CLASS[model_type] + architecture.removeprefix("Bert") if architecture.startswith("Bert") \
         else architecture
+    return NEAREST_CLASS.get(name, name)
 
 
 def encoder_key_map(config: BertConfig, architecture: str = "", pooler: bool = True) -> list[tuple[str, str]]:
     """Every (ours, HF) name pair of the encoder `config` describes, QKV excepted."""
     family = "albert" if config.model_type == "albert" else "bert"
-    pairs = list(EMBEDDING_KEYS)
+    pairs = [p for p in EMBEDDING_KEYS if config.model_type != "roformer" or "position" not in p[0]]
     if config.model_type == "albert" or config.word_size != config.hidden_size:  # as `Bert.project`
         pairs += _linear("project", PROJECTION_KEYS[config.model_type])
     for i in range(config.num_hidden_groups or config.num_hidden_layers):
@@ -419,7 +431,10 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig]:
         prefix = encoder.config.model_type + "."
     model_type = encoder.config.model_type
     config = BertConfig(**{**encoder.config.to_dict(), "architectures": [hf_class(model_type, architecture)]})
-    tensors = {prefix + k: v for k, v in encoder_to_hf(encoder.state_dict(), config, architecture).items()}
+    tensors = {(k if k.startswith("bertforge_") else prefix + k): v  # ours alone: not under HF's prefix
+               for k, v in encoder_to_hf(encoder.state_dict(), config, architecture).items()}
+    if model_type == "roformer":
+        tensors[prefix + ROTARY_TABLE] = rotary_table_hf(config)
     if prefix:
         for name, pairs in head_keys(model_type, architecture).items():
             head = getattr(model, name, None)
@@ -427,6 +442,12 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig]:
                 head_state = head.state_dict()
                 tensors.update({theirs: head_state[ours] for ours, theirs in pairs})
     return tensors, config
+
+
+def rotary_table_hf(config: BertConfig) -> torch.Tensor:
+    """HF's RoFormer sinusoidal table (positions, D): the sines of each pair's angle, then the cosines."""
+    cos, sin = rotary_tables(torch.arange(config.max_position_embeddings), config.head_size)
+    return torch.cat([sin[:, ::2], cos[:, ::2]], dim=-1)
 
 
 def parts(model: nn.Module) -> dict[str, nn.Module]:

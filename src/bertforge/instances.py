@@ -34,7 +34,8 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
 
     With `order` (ALBERT's sentence-order prediction), B always continues A and the last column
     says whether the two were swapped (half the time): both segments come from the same document,
-    so topic gives nothing away. A chunk of a single sentence is cut inside it.
+    so topic gives nothing away. A chunk of a single sentence is cut inside it, for NSP as for SOP,
+    so that labels are balanced at any `max_seq_length`.
     """
     max_tokens = max_seq_length - 3
     if max_tokens < 2:
@@ -60,15 +61,23 @@ def create_instances(shards: Shards, documents: np.ndarray, max_seq_length: int,
                     chunk_start = i + 1
                     i += 1
                     continue
-                a_cut = chunk_start + 1 if chunk_end - chunk_start < 2 else int(rng.integers(chunk_start + 1, chunk_end))
-                a = (int(bounds[chunk_start]), int(bounds[a_cut]))
-                if chunk_end - chunk_start == 1 or rng.random() < nsp_prob:
+                start, end = int(bounds[chunk_start]), int(bounds[chunk_end])
+                if chunk_end - chunk_start >= 2:
+                    a_cut = int(rng.integers(chunk_start + 1, chunk_end))
+                    cut = int(bounds[a_cut])
+                else:
+                    # A one-sentence chunk is cut inside its sentence, so that it too can have its
+                    # own continuation as B. The original always gave it a random B, which skews the
+                    # labels (58% random at 64 tokens) and lets the head learn the majority class.
+                    a_cut = chunk_end
+                    cut = int(rng.integers(start + 1, end)) if end - start > 1 else end
+                a = (start, cut)
+                is_random = int(cut == end or rng.random() < nsp_prob)
+                if is_random:
                     b = _random_segment(shards, documents, doc, target - (a[1] - a[0]), rng)
-                    is_random = 1
                     i = a_cut - 1  # the gathered sentences after the cut are used again
                 else:
-                    b = (int(bounds[a_cut]), int(bounds[chunk_end]))
-                    is_random = 0
+                    b = (cut, end)
                 a, b = _truncate_pair(a, b, max_tokens, rng)
                 if a[1] > a[0] and b[1] > b[0]:
                     out.extend((a[0], a[1], b[0], b[1], is_random))

@@ -8,6 +8,9 @@ E embedding width (= H except in ALBERT and ELECTRA).
 The descendants differ from BERT in a few places, each marked where it happens: ALBERT and
 ELECTRA embed in E < H dimensions and project up; ALBERT applies one set of layer weights to every
 layer; RoBERTa numbers positions from pad_token_id + 1, skipping padding; ELECTRA's pooler uses GELU.
+RoFormer (BERT with rotary position embeddings, Su et al., 2021) has no position table: each layer
+rotates its queries and keys by an angle proportional to the position, so that attention scores
+depend on the distance between tokens from the first step on, with nothing to learn.
 """
 
 from __future__ import annotations
@@ -77,18 +80,39 @@ def attention(q, k, v, mask, dropout_p: float):
     return dropout(scores.softmax(-1), dropout_p, dropout_p > 0) @ v  # (B, N, T, D)
 
 
+def rotary_tables(positions: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (..., D) of RoFormer's angles at `positions` (...): pair i of a head (dimensions
+    2i and 2i+1) turns by position * 10000^(-2i/D). Computed in float64 on the CPU, as HF's
+    sinusoidal table is, then kept in float32."""
+    i = torch.arange(0, head_size, 2, dtype=torch.float64)
+    angles = positions.to("cpu", torch.float64)[..., None] * 10000.0 ** (-i / head_size)  # (..., D/2)
+    angles = angles.repeat_interleave(2, dim=-1)  # (..., D): each angle for both members of its pair
+    return angles.cos().to(positions.device, torch.float32), angles.sin().to(positions.device, torch.float32)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Turn each pair (x_2i, x_2i+1) of the last dimension of `x` (B, N, T, D) by its angle; `cos`
+    and `sin` broadcast against it. Computed in x's precision (bf16 stays bf16)."""
+    pairs = x.unflatten(-1, (-1, 2))  # (B, N, T, D/2, 2)
+    turned = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)  # (-x_2i+1, x_2i)
+    return x * cos.to(x.dtype) + turned * sin.to(x.dtype)
+
+
 class Embeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         E = config.word_size
         self.word = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
-        self.position = nn.Embedding(config.max_position_embeddings, E)
+        # RoFormer: no position table; positions enter each layer's attention as rotations.
+        self.position = nn.Embedding(config.max_position_embeddings, E) if config.model_type != "roformer" else None
         self.segment = nn.Embedding(config.type_vocab_size, E)
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids, position_ids):
-        x = self.word(input_ids) + self.position(position_ids) + self.segment(token_type_ids)  # (B, T, E)
+        x = self.word(input_ids) + self.segment(token_type_ids)  # (B, T, E)
+        if self.position is not None:
+            x = x + self.position(position_ids)
         return self.dropout(self.norm(x))
 
 
@@ -101,10 +125,12 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, rotary=None):
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)  # (B, T, 3, N, D)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
+        if rotary is not None:  # RoFormer
+            q, k = rotate(q, *rotary), rotate(k, *rotary)
         p = self.dropout_p if self.training else 0.0
         if x.device.type == "cpu" and (p > 0 or q.dtype == torch.bfloat16):
             y = attention(q, k, v, mask, p)  # (B, N, T, D)
@@ -126,8 +152,8 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x, mask):
-        x = self.attention_norm(x + self.dropout(self.attention(x, mask)))  # (B, T, H)
+    def forward(self, x, mask, rotary=None):
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask, rotary)))  # (B, T, H)
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
 
 
@@ -136,12 +162,16 @@ class Pooler(nn.Module):
 
     ELECTRA pretrains without a pooler; its sentence classifier applies GELU where BERT has tanh,
     so an ELECTRA pooler does the same (and is that classifier's first layer in HF's format).
+    RoFormer's classifier applies `hidden_act` there, and so does its pooler.
     """
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = nn.GELU() if config.model_type == "electra" else nn.Tanh()
+        if config.model_type == "roformer":
+            self.act = activation(config.hidden_act)
+        else:
+            self.act = nn.GELU() if config.model_type == "electra" else nn.Tanh()
 
     def forward(self, hidden):
         return self.act(self.dense(hidden[:, 0]))  # (B, H)
@@ -190,6 +220,11 @@ class Bert(nn.Module):
             # fairseq's numbering: real tokens count up from pad_token_id + 1, padding stays at pad.
             real = (input_ids != config.pad_token_id).long()
             position_ids = real.cumsum(1) * real + config.pad_token_id
+        rotary = None
+        if config.model_type == "roformer":
+            # (T, D) when every row counts 0..T-1, else (B, 1, T, D) to broadcast over the heads.
+            given = position_ids[:, None] if position_ids is not None else torch.arange(T, device=input_ids.device)
+            rotary = rotary_tables(given, config.head_size)
         elif position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         if attention_mask is not None and input_ids.device.type == "cpu" and bool(attention_mask.all()):
@@ -203,7 +238,7 @@ class Bert(nn.Module):
         states = [x] if output_hidden_states else None
         per_weights = config.num_hidden_layers / len(self.layers)  # layers sharing one set (ALBERT)
         for i in range(config.num_hidden_layers):
-            x = self.layers[int(i / per_weights)](x, mask)
+            x = self.layers[int(i / per_weights)](x, mask, rotary)
             if states is not None:
                 states.append(x)
         pooled = self.pooler(x) if self.pooler is not None else None
