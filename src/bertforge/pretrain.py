@@ -15,7 +15,9 @@ from .batches import MaskingOptions, PretrainingData
 from .config import preset as size_preset
 from .corpus import FileReport, find_files, read_units, split_sentences
 from .errors import BertforgeError
+from .model import Dropout
 from .objectives import BertPretraining, ElectraPretraining
+from .recipe import default_preset, pretraining_recipe, vocabulary_size
 from .shards import build_shards
 from .tokenizer import Tokenizer
 from .trainer import TrainOptions, distributed_setup, latest_checkpoint, train
@@ -23,27 +25,23 @@ from .trainer import TrainOptions, distributed_setup, latest_checkpoint, train
 
 @dataclass(frozen=True)
 class Objective:
-    """One pretraining recipe: the encoder family, the loss terms (which also decide the inputs:
+    """One pretraining objective: the encoder family, the loss terms (which also decide the inputs:
     sentence pairs for nsp/sop, packed full sentences otherwise), the default masking scheme and
-    model settings, and the training defaults its paper uses where they differ from BERT's."""
+    model settings, and its batch size. Optimisation defaults come from `recipe`."""
 
     model_type: str
     terms: tuple[str, ...]
     masking: dict = field(default_factory=dict)  # MaskingOptions fields
     model: dict = field(default_factory=dict)
-    training: dict = field(default_factory=dict)
     batch_size: int = 32
 
 
 OBJECTIVES = {
     # BERT: masked LM + next-sentence prediction on sentence pairs.
     "bert": Objective("bert", ("mlm", "nsp")),
-    # RoBERTa: masked LM alone on full sentences packed across documents, dynamic masking.
-    "roberta": Objective(
-        "roberta", ("mlm",), model={"type_vocab_size": 1},
-        # Liu et al. (2019): Adam beta2 0.98 for stability with large batches, eps 1e-6; twice
-        # BERT's batch and learning rate here (the paper's 8k batches are out of a CPU's reach).
-        training={"betas": (0.9, 0.98), "eps": 1e-6, "lr": 2e-4}, batch_size=64),
+    # RoBERTa: masked LM alone on full sentences packed across documents, dynamic masking; twice
+    # BERT's batch (the paper's 8k batches are out of a CPU's reach; its beta2 is in `recipe`).
+    "roberta": Objective("roberta", ("mlm",), model={"type_vocab_size": 1}, batch_size=64),
     # SpanBERT: masked whole-word spans + span-boundary objective, single segments, no NSP.
     "span": Objective("bert", ("mlm", "sbo"), masking={"scheme": "span"}),
     # ALBERT: factorised embeddings (E=128), one set of layer weights shared by all layers, n-gram
@@ -71,11 +69,6 @@ def masking_options(name: str, **given) -> MaskingOptions:
     return MaskingOptions(**{**OBJECTIVES[name].masking, **{k: v for k, v in given.items() if v is not None}})
 
 
-def training_defaults(name: str) -> dict:
-    """`TrainOptions` fields the objective sets unless the user does (e.g. RoBERTa's beta2)."""
-    return dict(OBJECTIVES[name].training)
-
-
 def corpus_sentences(files: list[str], layout: str = "auto", text_field: str = "text"):
     """Every sentence of the corpus, read as the shard builder reads it (for vocabulary training)."""
     for path in files:
@@ -83,27 +76,46 @@ def corpus_sentences(files: list[str], layout: str = "auto", text_field: str = "
             yield from (split_sentences(text) if is_paragraph else [text])
 
 
-def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None = None, vocab_size: int = 30522,
+def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None = None, vocab_size: int | None = None,
              lowercase: bool = True, max_seq_length: int = 128, batch_size: int | None = None,
              short_seq_prob: float = 0.1, masking: MaskingOptions | None = None, layout: str = "auto",
              text_field: str = "text", cache_dir: str | None = None, eval_fraction: float = 0.02,
              resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
-             objective: str = "bert", generator_fraction: float = 0.25, byte_bpe: bool = False) -> dict:
+             objective: str = "bert", generator_fraction: float = 0.25, byte_bpe: bool = False,
+             recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None) -> dict:
     """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
     electra) on `corpus` (files, folders, globs) and write it under `out`.
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory
-    `tokenizer`, or a new vocabulary of `vocab_size` learned on the corpus (WordPiece, or with
-    `byte_bpe` RoBERTa's byte-level BPE). Without
-    `options`, `masking` or `batch_size`, the objective's defaults apply.
+    `tokenizer`, or a new vocabulary of `vocab_size` (default: by the corpus's size, see
+    `recipe.vocabulary_size`) learned on the corpus (WordPiece, or with
+    `byte_bpe` RoBERTa's byte-level BPE).
+
+    `preset` defaults to a size that suits the budget (`recipe.default_preset`). `recipe` (see
+    `recipe.RECIPES`) gives every other default not passed: `positions` ("rotary" trains a
+    RoFormer, BERT with rotary positions, for the objectives bert and span; "absolute" BERT's
+    learned position table), `dropout` (while pretraining only: the saved config keeps the
+    preset's, for fine-tuning), and without `options` or `masking` the learning rate, warm-up,
+    betas and masking rate. `batch_size` defaults to the objective's.
     Returns the trainer's summary.
     """
     if objective not in OBJECTIVES:
         raise BertforgeError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    preset = preset or default_preset(options.max_minutes if options else None)
+    chosen = pretraining_recipe(recipe, objective, preset, OBJECTIVES[objective].model_type)
     recipe = OBJECTIVES[objective]
-    options = options or TrainOptions(out=out, **training_defaults(objective))
+    positions = positions or chosen.positions
+    dropout = chosen.dropout if dropout is None else dropout
+    if positions not in ("absolute", "rotary"):
+        raise BertforgeError(f"unknown positions {positions!r}; choose absolute or rotary")
+    if positions == "rotary" and recipe.model_type != "bert":
+        raise BertforgeError(f"rotary positions need --objective bert or span (transformers has no rotary "
+                             f"{recipe.model_type}); use --positions absolute")
+    if dropout is not None and not 0 <= dropout < 1:
+        raise BertforgeError(f"dropout must be in [0, 1), got {dropout}")
+    options = options or TrainOptions(out=out, lr=chosen.lr, warmup=chosen.warmup, betas=chosen.betas)
     options.out = out
-    masking = masking or masking_options(objective)
+    masking = masking or masking_options(objective, mask_prob=chosen.mask_prob)
     batch_size = batch_size or recipe.batch_size
     if batch_size < 1 or not 0 <= eval_fraction < 1:
         raise BertforgeError("batch_size must be positive and eval_fraction in [0, 1)")
@@ -114,6 +126,7 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
         "generator_fraction": generator_fraction if objective == "electra" else None, "max_seq_length": max_seq_length,
         "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
         "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
+        "recipe": chosen.name, "positions": positions, "pretraining_dropout": dropout,
     }
     tokenizer_dir = os.path.join(out, "tokenizer")
     if resume:
@@ -124,6 +137,10 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
         if tokenizer:
             tok = Tokenizer.from_pretrained(tokenizer)
         elif rank == 0:
+            if vocab_size is None:
+                size = sum(os.path.getsize(f) * (4 if f.endswith(".gz") else 1) for f in files)
+                vocab_size = vocabulary_size(size)
+                _log_vocabulary(vocab_size, size, options.progress)
             tok = Tokenizer.train(texts=corpus_sentences(files, layout, text_field), vocab_size=vocab_size,
                                   lowercase=lowercase, show_progress=options.progress,
                                   kind="byte-bpe" if byte_bpe else "wordpiece")
@@ -139,7 +156,8 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
     if rank != 0:
         shards = build_shards(files, tok, cache_dir, layout, text_field, progress=False)
 
-    overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": recipe.model_type,
+    model_type = "roformer" if positions == "rotary" else recipe.model_type
+    overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": model_type,
                  **recipe.model, **(model_overrides or {})}
     if recipe.model_type == "roberta":  # room for RoBERTa's position offset (514 rows for 512 tokens)
         overrides.setdefault("max_position_embeddings", 512 + tok.pad_id + 1)
@@ -150,14 +168,25 @@ def pretrain(corpus, out: str, preset: str = "bert-mini", tokenizer: str | None 
                            eval_fraction, rank, world, options.accum, terms=recipe.terms)
     torch.manual_seed(options.seed)  # the initial weights are part of what the seed fixes
     model = build_objective(objective, config, generator_fraction)
+    set_dropout(model, dropout)
     facts = {"model": config.to_dict(), "shards": shards.directory,
              "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents)}
     return train(model, data, options, tok, {**run_config, **facts}, resume)
 
 
-# What must not change between a run and its resumption: the data stream depends on all of it.
-RESUME_KEYS = ("objective", "generator_fraction", "corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking", "layout", "text_field",
-               "eval_fraction", "seed")
+def set_dropout(model: torch.nn.Module, p: float) -> None:
+    """Every dropout of `model` (hidden, attention, heads) set to `p`, leaving the config alone, so
+    that a model pretrained without dropout is still saved with the dropout fine-tuning wants."""
+    for module in model.modules():
+        if hasattr(module, "dropout_p"):  # attention probabilities
+            module.dropout_p = p
+        elif isinstance(module, (Dropout, torch.nn.Dropout)):
+            module.p = p
+
+
+# What must not change between a run and its resumption: the data stream and the model depend on all of it.
+RESUME_KEYS = ("objective", "generator_fraction", "corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking",
+               "layout", "text_field", "eval_fraction", "seed", "positions", "pretraining_dropout")
 
 
 def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Tokenizer:
@@ -173,7 +202,9 @@ def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Toke
             saved = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise BertforgeError(f"{saved_path}: cannot be read ({e})") from None
-    changed = [f"{k} ({saved.get(k)!r} then, {run_config[k]!r} now)" for k in RESUME_KEYS if saved.get(k) != run_config[k]]
+    # A key a run did not record (made by an older version) had the value of the old default.
+    changed = [f"{k} ({saved.get(k)!r} then, {run_config[k]!r} now)" for k in RESUME_KEYS
+               if k in saved and saved[k] != run_config[k]]
     if changed:
         raise BertforgeError(f"{out}: resuming needs the same data settings; changed: {'; '.join(changed)}")
     tok = Tokenizer.from_pretrained(latest)
@@ -181,6 +212,12 @@ def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Toke
         raise BertforgeError(f"{tokenizer}: not the tokenizer the run in {out} was trained with; "
                              "drop --tokenizer to resume with the run's own")
     return tok
+
+
+def _log_vocabulary(vocab_size: int, corpus_bytes: int, show: bool) -> None:
+    if show:
+        print(f"learning a {vocab_size:,}-piece vocabulary for a {corpus_bytes / 1e6:.1f} MB corpus (--vocab-size to "
+              "change)", flush=True)
 
 
 def _barrier(world: int) -> None:

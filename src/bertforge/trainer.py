@@ -138,9 +138,13 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             json.dump({**(run_config or {}), "training": asdict(o), "world_size": world}, f, indent=2)
         _truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
     batches = data.batches(position)
+    replan_at = None
     if total_steps is None:
         total_steps = _estimate_steps(net, data, autocast, device, o, world)
         _log(rank == 0, f"time budget of {o.max_minutes} min: planning {total_steps} steps")
+        # A few timed passes misjudge the pace by up to a third (a cold allocator, a short first
+        # batch), so the plan is made again from the first real steps, early in the warm-up.
+        replan_at = REPLAN_STEPS if total_steps > 2 * REPLAN_STEPS else None
     warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
 
     last_eval = {}
@@ -183,6 +187,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     status = "done"
     last_saved = step if resume else -1
     compile_clock = time.perf_counter() if o.compile else None
+    loop_start, paused_seconds = time.perf_counter(), 0.0
     with stop:
         while step < total_steps:
             out_of_time = bool(o.max_minutes) and time.perf_counter() - start >= o.max_minutes * 60
@@ -237,6 +242,12 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             if compile_clock is not None:
                 _log(rank == 0, f"first step, compilation included: {time.perf_counter() - compile_clock:.1f}s")
                 compile_clock = None
+            if step == replan_at:
+                step_seconds = (time.perf_counter() - loop_start - paused_seconds) / step
+                total_steps = _replan(step, step_seconds, time.perf_counter() - start, o, device, world)
+                warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
+                bar.total = total_steps
+                _log(rank == 0, f"at the measured pace ({step_seconds:.3f} s/step): {total_steps} steps")
 
             if step % o.log_every == 0 or step == total_steps:
                 now = time.perf_counter()
@@ -258,6 +269,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             if status.startswith("stopped"):
                 break
             window_start += time.perf_counter() - paused  # tokens/s measures training, not evaluation
+            paused_seconds += time.perf_counter() - paused
     bar.close()
     result = {"status": status, "step": step, "elapsed_s": round(time.perf_counter() - start, 1)}
     if status != "interrupted" and not (o.eval_every and step % o.eval_every == 0):
@@ -368,6 +380,21 @@ def _estimate_steps(net, data, autocast, device, o: TrainOptions, world: int) ->
     if o.steps:
         steps = min(steps, o.steps)
     steps = torch.tensor(max(steps, 1), device=device)
+    if world > 1:  # every process must plan the same number
+        dist.broadcast(steps, 0)
+    return int(steps)
+
+
+REPLAN_STEPS = 20
+
+
+def _replan(step: int, step_seconds: float, elapsed: float, o: TrainOptions, device, world: int) -> int:
+    """The total number of steps that fits the minutes budget at the pace of the steps so far."""
+    eval_share = (o.eval_batches / (3 * o.eval_every)) if o.eval_every else 0.0
+    steps = step + int((o.max_minutes * 60 - elapsed) / (step_seconds * (1 + eval_share)))
+    if o.steps:
+        steps = min(steps, o.steps)
+    steps = torch.tensor(max(steps, step + 1), device=device)
     if world > 1:  # every process must plan the same number
         dist.broadcast(steps, 0)
     return int(steps)
