@@ -31,6 +31,7 @@ RUNS = {
     "+ no dropout, beta2 0.98": {"lr": 1e-3, "warmup": 0.1, "dropout": 0.0, "betas": (0.9, 0.98)},
     "+ rotary": {**NEW, "lr": 1e-3},
     "+ rotary, lr 5e-4": {**NEW, "lr": 5e-4},
+    "+ rotary, warm-up 3%": {**NEW, "lr": 1e-3, "warmup": 0.03},
     "+ rotary, lr 2e-3": NEW,
     "+ rotary, lr 4e-3": {**NEW, "lr": 4e-3},
     "+ rotary, lr 2e-3, warm-up 3%": {**NEW, "warmup": 0.03},

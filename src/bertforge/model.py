@@ -91,9 +91,9 @@ def rotary_tables(positions: torch.Tensor, head_size: int) -> tuple[torch.Tensor
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Turn each pair (x_2i, x_2i+1) of the last dimension of `x` (B, N, T, D) by its angle; `cos`
-    and `sin` broadcast against it. Computed in x's precision (bf16 stays bf16)."""
-    pairs = x.unflatten(-1, (-1, 2))  # (B, N, T, D/2, 2)
+    """Turn each pair (x_2i, x_2i+1) of the last dimension of `x` by its angle; `cos` and `sin`
+    broadcast against it. Computed in x's precision (bf16 stays bf16)."""
+    pairs = x.unflatten(-1, (-1, 2))  # (..., D/2, 2)
     turned = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)  # (-x_2i+1, x_2i)
     return x * cos.to(x.dtype) + turned * sin.to(x.dtype)
 
@@ -128,9 +128,11 @@ class SelfAttention(nn.Module):
     def forward(self, x, mask, rotary=None):
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)  # (B, T, 3, N, D)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
-        if rotary is not None:  # RoFormer
-            q, k = rotate(q, *rotary), rotate(k, *rotary)
+        if rotary is None:
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
+        else:  # RoFormer: queries and keys turned in one pass
+            q, k = rotate(qkv[:, :, :2], *rotary).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
+            v = qkv[:, :, 2].transpose(1, 2)  # (B, N, T, D)
         p = self.dropout_p if self.training else 0.0
         if x.device.type == "cpu" and (p > 0 or q.dtype == torch.bfloat16):
             y = attention(q, k, v, mask, p)  # (B, N, T, D)
@@ -222,9 +224,10 @@ class Bert(nn.Module):
             position_ids = real.cumsum(1) * real + config.pad_token_id
         rotary = None
         if config.model_type == "roformer":
-            # (T, D) when every row counts 0..T-1, else (B, 1, T, D) to broadcast over the heads.
-            given = position_ids[:, None] if position_ids is not None else torch.arange(T, device=input_ids.device)
-            rotary = rotary_tables(given, config.head_size)
+            # (T, 1, 1, D) when every row counts 0..T-1, else (B, T, 1, 1, D): broadcast over the
+            # query/key and head dimensions of (B, T, 2, N, D).
+            given = position_ids if position_ids is not None else torch.arange(T, device=input_ids.device)
+            rotary = rotary_tables(given[..., None, None], config.head_size)
         elif position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         if attention_mask is not None and input_ids.device.type == "cpu" and bool(attention_mask.all()):

@@ -143,7 +143,9 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         total_steps = _estimate_steps(net, data, autocast, device, o, world)
         _log(rank == 0, f"time budget of {o.max_minutes} min: planning {total_steps} steps")
         # A few timed passes misjudge the pace by up to a third (a cold allocator, a short first
-        # batch), so the plan is made again from the first real steps, early in the warm-up.
+        # batch), and the pace drifts (a 30-minute run slowed by 13% after its first 20 steps), so
+        # the plan is made again from the real steps so far at steps 20, 40, 80, ... while they
+        # are less than half of it.
         replan_at = REPLAN_STEPS if total_steps > 2 * REPLAN_STEPS else None
     warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
 
@@ -248,6 +250,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                 warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
                 bar.total = total_steps
                 _log(rank == 0, f"at the measured pace ({step_seconds:.3f} s/step): {total_steps} steps")
+                replan_at = 2 * step if 4 * step < total_steps else None
 
             if step % o.log_every == 0 or step == total_steps:
                 now = time.perf_counter()

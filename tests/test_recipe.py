@@ -1,0 +1,65 @@
+"""The defaults a run gets: the small-budget recipe by size and family, the paper's a flag away,
+sizes and vocabularies that follow the budget and the corpus, and minute budgets planned again
+from the pace of real steps."""
+
+import pytest
+import torch
+
+from bertforge import BertforgeError
+from bertforge.pretrain import pretrain
+from bertforge.recipe import default_preset, finetuning_lr, pretraining_recipe, vocabulary_size
+from bertforge.trainer import TrainOptions, _replan
+from conftest import write_corpus
+
+
+def test_small_budget_recipe_by_size_and_family():
+    tiny = pretraining_recipe("small-budget", "bert", "bert-tiny", "bert")
+    assert (tiny.positions, tiny.lr, tiny.warmup, tiny.betas, tiny.dropout, tiny.mask_prob) == \
+        ("rotary", 2e-3, 0.1, (0.9, 0.98), 0.0, 0.15)
+    assert pretraining_recipe("small-budget", "span", "bert-mini", "bert").lr == 1e-3
+    # no rotary class in transformers for RoBERTa, ALBERT, ELECTRA: absolute positions, half the rate
+    roberta = pretraining_recipe("small-budget", "roberta", "bert-mini", "roberta")
+    assert roberta.positions == "absolute" and roberta.lr == 5e-4
+    # larger models take smaller rates
+    rates = [pretraining_recipe("small-budget", "bert", p, "bert").lr
+             for p in ("bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large")]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_bert_2018_is_the_papers_recipe():
+    bert = pretraining_recipe("bert-2018", "bert", "bert-base", "bert")
+    assert (bert.positions, bert.lr, bert.warmup, bert.betas, bert.dropout) == ("absolute", 1e-4, 0.01, (0.9, 0.999), 0.1)
+    roberta = pretraining_recipe("bert-2018", "roberta", "bert-base", "roberta")
+    assert roberta.lr == 2e-4 and roberta.betas == (0.9, 0.98)
+    with pytest.raises(BertforgeError, match="unknown recipe"):
+        pretraining_recipe("fast", "bert", "bert-tiny", "bert")
+
+
+def test_sizes_and_vocabularies_follow_the_budget_and_corpus():
+    assert default_preset(3) == "bert-tiny" and default_preset(10) == "bert-tiny"
+    assert default_preset(30) == "bert-mini" and default_preset(None) == "bert-mini"
+    assert vocabulary_size(4_000_000) == 8192 and vocabulary_size(27_000_000) == 16384
+    assert vocabulary_size(500_000_000) == 30522
+    assert [finetuning_lr(h) for h in (128, 256, 384, 512, 768, 1024)] == [3e-4, 2e-4, 1e-4, 1e-4, 5e-5, 2e-5]
+
+
+def test_a_minutes_budget_is_planned_again_from_the_real_pace():
+    options = TrainOptions(out="unused", max_minutes=1.0, eval_every=0)
+    # 20 steps took 10 s: 50 s remain at 0.5 s a step
+    assert _replan(20, 0.5, 10.0, options, torch.device("cpu"), 1) == 120
+    # evaluation time is planned for: 20 batches every 100 steps cost about 20/300 of the steps
+    options = TrainOptions(out="unused", max_minutes=1.0, eval_every=100, eval_batches=20)
+    assert _replan(20, 0.5, 10.0, options, torch.device("cpu"), 1) == 20 + int(50 / (0.5 * (1 + 20 / 300)))
+    # a steps budget caps it, and a run out of time still takes one more step
+    assert _replan(20, 0.5, 10.0, TrainOptions(out="u", max_minutes=1.0, steps=50), torch.device("cpu"), 1) == 50
+    assert _replan(20, 0.5, 70.0, TrainOptions(out="u", max_minutes=1.0), torch.device("cpu"), 1) == 21
+
+
+def test_rotary_positions_need_a_family_that_has_them(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    with pytest.raises(BertforgeError, match="rotary positions need --objective bert or span"):
+        pretrain(str(tmp_path / "corpus"), str(tmp_path / "run"), objective="roberta", positions="rotary",
+                 options=TrainOptions(out=str(tmp_path / "run"), steps=1))
+    with pytest.raises(BertforgeError, match="dropout must be in"):
+        pretrain(str(tmp_path / "corpus"), str(tmp_path / "run"), dropout=1.5,
+                 options=TrainOptions(out=str(tmp_path / "run"), steps=1))
