@@ -10,7 +10,6 @@ process of a distributed run builds the same global batch and keeps its own rows
 from __future__ import annotations
 
 import dataclasses
-
 import warnings
 from dataclasses import dataclass
 
