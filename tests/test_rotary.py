@@ -121,3 +121,11 @@ def test_two_rotary_layers_learn_the_copy_task():
     with torch.no_grad():
         _, correct = model.eval()(held_out)
     assert correct["mlm"] / len(held_out["mlm_targets"]) > 0.9
+
+
+def test_multiple_choice_is_refused_for_rotary_encoders():
+    from bertforge import BertforgeError
+    from bertforge.tasks.choice import MultipleChoiceTask
+
+    with pytest.raises(BertforgeError, match="multiple choice is not supported for RoFormer"):
+        MultipleChoiceTask().configure(tiny_config(**ROFORMER), None, None)
