@@ -118,9 +118,10 @@ def cmd_finetune(args) -> None:
         from .hf import read_config
         from .recipe import finetuning_lr
 
-        args.lr = finetuning_lr(read_config(args.model).hidden_size)
+        width = read_config(args.model).hidden_size
+        args.lr = finetuning_lr(width)
         if not args.quiet:
-            print(f"peak learning rate {args.lr:g} for an encoder of width {read_config(args.model).hidden_size} "
+            print(f"peak learning rate {args.lr:g} for an encoder of width {width} "
                   "(--lr to change)", flush=True)
     options = TrainOptions(
         out=args.out, steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
