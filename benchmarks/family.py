@@ -113,7 +113,7 @@ def main() -> None:
     if "random-init" in args.runs:
         subprocess.run(python + [
             "import torch; from bertforge import Tokenizer, save_pretrained; from bertforge.config import preset;"
-            "from bertforge.model import Bert; torch.manual_seed(0);"
+            "from bertforge.models.bert import Bert; torch.manual_seed(0);"
             f"t = Tokenizer.from_pretrained({tokenizer!r});"
             f"save_pretrained(Bert(preset({args.preset!r}, vocab_size=t.vocab_size)), {baseline!r}, t)"], check=True)
         results["random-init"] = {}

@@ -34,7 +34,7 @@ def main() -> None:
     cache = os.path.join(work, "cache")
 
     # 1. Shards, in a child process so that its peak memory is measured alone.
-    code = ("import sys; from bertforge import Tokenizer; from bertforge.shards import build_shards;"
+    code = ("import sys; from bertforge import Tokenizer; from bertforge.data.shards import build_shards;"
             f"t = Tokenizer.from_vocab({os.path.join(SHARED, 'bert', 'vocab.txt')!r}); t.save_pretrained({tokenizer!r});"
             f"build_shards({corpus!r}, t, cache_dir={cache!r}, progress=False)")
     start = time.perf_counter()

@@ -16,10 +16,10 @@ import json
 import os
 import shutil
 
-from bertforge.batches import MaskingOptions
+from bertforge.data.batches import MaskingOptions
 from bertforge.demo import prepare_corpus
 from bertforge.pretrain import pretrain
-from bertforge.trainer import TrainOptions, read_metrics
+from bertforge.training.trainer import TrainOptions, read_metrics
 
 # name: settings changed from the base (2018 BERT's recipe on a small model: what users got before)
 BASE = {"positions": "absolute", "lr": 1e-4, "warmup": 0.01, "dropout": None, "betas": (0.9, 0.999),
@@ -80,8 +80,8 @@ def main() -> None:
     # One vocabulary for every run, so that only the named setting changes.
     args.tokenizer = os.path.join(args.out, "tokenizer")
     if not os.path.isdir(args.tokenizer):
+        from bertforge.data.corpus import find_files
         from bertforge.pretrain import corpus_sentences
-        from bertforge.corpus import find_files
         from bertforge.tokenizer import Tokenizer
 
         Tokenizer.train(texts=corpus_sentences(find_files(corpus), "prose"), vocab_size=args.vocab_size,

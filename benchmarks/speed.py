@@ -98,10 +98,10 @@ def pretrain_step(impl: str, preset_name: str):
     nsp = torch.randint(0, 2, (BATCH,), generator=g)
 
     if impl == "ours":
-        from bertforge.allocator import reuse_freed_memory
-        from bertforge.batches import make_batch
+        from bertforge.data.batches import make_batch
         from bertforge.objectives import BertPretraining
-        from bertforge.optim import make_optimizer
+        from bertforge.training.allocator import reuse_freed_memory
+        from bertforge.training.optim import make_optimizer
 
         reuse_freed_memory()  # as bertforge's trainer does
 
@@ -175,12 +175,12 @@ def finetune_child(impl: str) -> dict:
     batch_size, warm = 32, 4
     if impl == "ours":
         from bertforge import Tokenizer
-        from bertforge.allocator import reuse_freed_memory
-        from bertforge.batches import Position
-        from bertforge.hf import load_into, read_config
-        from bertforge.optim import make_optimizer
+        from bertforge.data.batches import Position
+        from bertforge.formats.hf import load_into, read_config
         from bertforge.tasks import make_task
         from bertforge.tasks.common import FinetuneData
+        from bertforge.training.allocator import reuse_freed_memory
+        from bertforge.training.optim import make_optimizer
 
         reuse_freed_memory()  # as bertforge's trainer does
         directory = minilm()
@@ -252,7 +252,7 @@ def accuracy_child(impl: str, work: str) -> dict:
     if impl == "ours":
         from bertforge.finetune import finetune
         from bertforge.tasks import make_task
-        from bertforge.trainer import TrainOptions
+        from bertforge.training.trainer import TrainOptions
 
         train = os.path.join(work, "sst2-10k.tsv")
         with open(train, "w", encoding="utf-8") as f:
@@ -328,7 +328,7 @@ def inference_child(impl: str, out_path: str) -> dict:
 
 def shards_child(corpus: str, cache: str) -> dict:
     from bertforge import Tokenizer
-    from bertforge.shards import build_shards
+    from bertforge.data.shards import build_shards
 
     tokenizer = Tokenizer.from_vocab(os.path.join(DATA, "bert", "vocab.txt"))
     size = sum(os.path.getsize(os.path.join(corpus, f)) for f in os.listdir(corpus)) / 1e6

@@ -76,8 +76,8 @@ def main() -> None:
     baseline = os.path.join(work, "random-init")
     if not os.path.exists(os.path.join(baseline, "config.json")):
         subprocess.run([sys.executable, "-c",
-            "import torch; from bertforge import Tokenizer, save_pretrained; from bertforge.hf import read_config;"
-            "from bertforge.model import Bert; torch.manual_seed(0);"
+            "import torch; from bertforge import Tokenizer, save_pretrained; from bertforge.formats.hf import read_config;"
+            "from bertforge.models.bert import Bert; torch.manual_seed(0);"
             f"m = {os.path.join(pretrained, 'model')!r};"
             f"save_pretrained(Bert(read_config(m)), {baseline!r}, Tokenizer.from_pretrained(m))"], check=True)
 

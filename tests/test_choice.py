@@ -4,13 +4,13 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.finetune import evaluate, finetune, load_finetuned
-from bertforge.model import Bert
+from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
-from bertforge.trainer import TrainOptions
-from conftest import tiny_config
+from bertforge.training.trainer import TrainOptions
 
 transformers = pytest.importorskip("transformers")
 

@@ -8,16 +8,16 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.finetune import evaluate, finetune, load_finetuned, predict
-from bertforge.model import Bert
-from bertforge.optim import layer_groups, lr_at
+from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
 from bertforge.tasks.classification import SequenceClassifier
-from bertforge.trainer import TrainOptions
-from conftest import tiny_config
+from bertforge.training.optim import layer_groups, lr_at
+from bertforge.training.trainer import TrainOptions
 
 transformers = pytest.importorskip("transformers")
 
@@ -179,7 +179,7 @@ def test_frozen_features_with_a_scalar_mix(base_model, tmp_path):
 
 
 def test_length_grouped_batches_cover_every_example_and_group_lengths():
-    from bertforge.batches import Position
+    from bertforge.data.batches import Position
     from bertforge.tasks.common import FinetuneData
 
     features = [{"ids": [0] * n} for n in range(1, 1001)]

@@ -6,12 +6,12 @@ import os
 
 import numpy as np
 import pytest
+from conftest import write_corpus
 
 from bertforge import BertforgeError, Tokenizer
-from bertforge import corpus as corpus_module
-from bertforge.corpus import FileReport, find_files, read_units, split_sentences
-from bertforge.shards import build_shards
-from conftest import write_corpus
+from bertforge.data import corpus as corpus_module
+from bertforge.data.corpus import FileReport, find_files, read_units, split_sentences
+from bertforge.data.shards import build_shards
 
 
 def units(path, layout="auto"):
@@ -129,7 +129,7 @@ def small_tokenizer():
 
 
 def test_shards_round_trip_documents_and_sentences(tmp_path, small_tokenizer, monkeypatch):
-    import bertforge.shards as shards_module
+    import bertforge.data.shards as shards_module
 
     monkeypatch.setattr(shards_module, "CHUNK_CHARS", 200)  # many chunks, so order and carry-over matter
     docs = write_corpus(tmp_path / "corpus")
@@ -167,7 +167,7 @@ def test_an_empty_corpus_is_an_error_and_leaves_no_cache(tmp_path, small_tokeniz
 def test_held_out_documents_are_at_least_two():
     import warnings
 
-    from bertforge.batches import split_documents
+    from bertforge.data.batches import split_documents
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_config
 
 from bertforge import Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.embed import ScalarMix, combine, embed
-from bertforge.model import Bert
-from conftest import tiny_config
+from bertforge.models.bert import Bert
 
 TEXTS = ["the cat sat on the mat", "a dog", "the mat sat on a cat dog"]
 

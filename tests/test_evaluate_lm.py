@@ -7,16 +7,16 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import random_batch, tiny_config
 
 from bertforge import BertforgeError, save_pretrained
 from bertforge.cli import main
 from bertforge.evaluate_lm import evaluate_lm
-from bertforge.model import Bert
+from bertforge.models.bert import Bert
 from bertforge.objectives import BertPretraining
-from bertforge.optim import make_optimizer
 from bertforge.pretrain import pretrain
-from bertforge.trainer import TrainOptions
-from conftest import random_batch, tiny_config
+from bertforge.training.optim import make_optimizer
+from bertforge.training.trainer import TrainOptions
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 

@@ -7,20 +7,20 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import random_batch, tiny_config, write_corpus
 
 from bertforge import load_pretrained, save_pretrained
-from bertforge.batches import make_batch
 from bertforge.cli import OBJECTIVE_NAMES, main
+from bertforge.data.batches import make_batch
+from bertforge.data.masking import IGNORE
 from bertforge.finetune import load_finetuned
+from bertforge.formats.hf import FAMILY_CLASS, to_hf
 from bertforge.heads import SpanBoundaryHead
-from bertforge.hf import FAMILY_CLASS, to_hf
-from bertforge.masking import IGNORE
-from bertforge.model import Bert
+from bertforge.models.bert import Bert
 from bertforge.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
 from bertforge.pretrain import OBJECTIVES
 from bertforge.tasks.classification import SequenceClassifier
-from bertforge.trainer import read_metrics
-from conftest import random_batch, tiny_config, write_corpus
+from bertforge.training.trainer import read_metrics
 
 transformers = pytest.importorskip("transformers")
 
@@ -229,7 +229,7 @@ def test_resuming_continues_exactly(tmp_path, objective):
     """ELECTRA samples from its generator and saves two models; SpanBERT masks with numpy: a run cut
     in two must still log the same numbers as one uninterrupted run."""
     from bertforge.pretrain import pretrain
-    from bertforge.trainer import TrainOptions
+    from bertforge.training.trainer import TrainOptions
 
     write_corpus(tmp_path / "corpus")
     kwargs = dict(objective=objective, preset="bert-tiny", vocab_size=100, max_seq_length=32, batch_size=8,
@@ -282,11 +282,11 @@ def test_electra_evaluation_is_repeatable_and_leaves_training_randomness_alone(t
     from contextlib import nullcontext
 
     from bertforge import Tokenizer
-    from bertforge.batches import PretrainingData
     from bertforge.config import preset
+    from bertforge.data.batches import PretrainingData
+    from bertforge.data.shards import build_shards
     from bertforge.pretrain import masking_options
-    from bertforge.shards import build_shards
-    from bertforge.trainer import evaluate
+    from bertforge.training.trainer import evaluate
 
     write_corpus(tmp_path / "corpus", n_docs=40)
     tokenizer = Tokenizer.train(files=[str(p) for p in sorted((tmp_path / "corpus").iterdir())], vocab_size=100)

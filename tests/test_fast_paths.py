@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import write_corpus
 
 from bertforge import Tokenizer
+from bertforge.data.shards import encode_sentences, word_local
 from bertforge.losses import vocab_cross_entropy
-from bertforge.model import attention, dropout, dropout_mask
-from bertforge.shards import encode_sentences, word_local
-from conftest import write_corpus
+from bertforge.models.bert import attention, dropout, dropout_mask
 
 
 def test_dropout_masks_keep_the_right_share_independently():
@@ -97,7 +97,7 @@ def test_word_by_word_is_refused_for_pipelines_that_see_across_spaces():
 
 def test_a_bf16_run_tracks_the_fp32_run(tmp_path):
     from bertforge.pretrain import pretrain
-    from bertforge.trainer import TrainOptions, read_metrics
+    from bertforge.training.trainer import TrainOptions, read_metrics
 
     if not getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
         pytest.skip("no bf16 support on this CPU")

@@ -7,10 +7,10 @@ import warnings
 
 import pytest
 import torch
+from conftest import random_batch, tiny_config
 from safetensors.torch import load_file, save_file
 
 from bertforge import Bert, BertforgeError, Tokenizer, load_pretrained, save_pretrained
-from conftest import random_batch, tiny_config
 
 transformers = pytest.importorskip("transformers")
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bertforge.instances import _truncate_pair, create_instances
+from bertforge.data.instances import _truncate_pair, create_instances
 
 
 def fake_shards(n_docs=40, seed=0):
@@ -122,7 +122,7 @@ def test_sentence_order_pairs_are_consecutive_and_half_swapped():
 
 
 def test_packed_rows_hold_whole_sentences_across_documents():
-    from bertforge.instances import create_packed_instances
+    from bertforge.data.instances import create_packed_instances
 
     shards = fake_shards()
     documents = np.arange(0, 40, 2)  # a split: every other document

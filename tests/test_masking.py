@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge.masking import IGNORE, mask_tokens
+from bertforge.data.masking import IGNORE, mask_tokens
 
 MASK, PAD, CLS, SEP = 4, 0, 2, 3
 SPECIALS = torch.tensor([PAD, 1, CLS, SEP, MASK])
@@ -114,10 +114,11 @@ def test_whole_word_masking_keeps_words_together():
 
 def test_whole_word_masking_through_the_data_pipeline(tmp_path):
     """The real path: shards of text with multi-piece words, masked by PretrainingData."""
-    from bertforge import Tokenizer
-    from bertforge.batches import MaskingOptions, PretrainingData, Position
-    from bertforge.shards import build_shards
     from conftest import write_corpus
+
+    from bertforge import Tokenizer
+    from bertforge.data.batches import MaskingOptions, Position, PretrainingData
+    from bertforge.data.shards import build_shards
 
     write_corpus(tmp_path / "corpus", n_docs=40)
     tokenizer = Tokenizer.train(texts=["alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu ."],
@@ -162,7 +163,7 @@ def span_words(word_starts, maskable, start, end):
 
 
 def test_span_masking_covers_15_percent_in_whole_words_within_segments():
-    from bertforge.masking import geometric_lengths, mask_spans
+    from bertforge.data.masking import geometric_lengths, mask_spans
 
     ids, maskable, word_starts = span_batch()
     corrupted, labels, start, end = mask_spans(ids, maskable, word_starts, mask_id=MASK, random_ids=RANDOM_IDS,
@@ -188,7 +189,7 @@ def test_span_masking_covers_15_percent_in_whole_words_within_segments():
 
 @pytest.mark.parametrize("kind", ["span", "ngram"])
 def test_span_and_ngram_lengths_follow_their_distributions(kind):
-    from bertforge.masking import _row_spans, geometric_lengths, ngram_lengths
+    from bertforge.data.masking import _row_spans, geometric_lengths, ngram_lengths
 
     lengths = geometric_lengths(0.2, 10) if kind == "span" else ngram_lengths(3)
     expected_mean = 3.8 if kind == "span" else 18 / 11
@@ -206,7 +207,7 @@ def test_span_and_ngram_lengths_follow_their_distributions(kind):
 
 def test_ngram_corruption_is_decided_per_token():
     """ALBERT's create_pretraining_data draws [MASK] / random / unchanged for each token of an n-gram."""
-    from bertforge.masking import mask_spans, ngram_lengths
+    from bertforge.data.masking import mask_spans, ngram_lengths
 
     ids, maskable, word_starts = span_batch(B=200)
     corrupted, labels, start, end = mask_spans(ids, maskable, word_starts, mask_id=MASK, random_ids=RANDOM_IDS,

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from conftest import random_batch, tiny_config
 
 from bertforge import Bert, load_pretrained, save_pretrained
-from conftest import random_batch, tiny_config
 
 transformers = pytest.importorskip("transformers")
 

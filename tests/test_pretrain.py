@@ -10,13 +10,13 @@ import time
 
 import pytest
 import torch
+from conftest import random_batch, tiny_config, write_corpus
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.objectives import BertPretraining
 from bertforge.pretrain import pretrain
-from bertforge.trainer import TrainingStopped, TrainOptions, read_metrics
-from conftest import random_batch, tiny_config, write_corpus
+from bertforge.training.trainer import TrainingStopped, TrainOptions, read_metrics
 
 transformers = pytest.importorskip("transformers")
 
@@ -134,7 +134,7 @@ def test_ctrl_c_saves_and_resume_continues_exactly(tmp_path):
 DDP_SCRIPT = """
 import sys
 from bertforge.pretrain import pretrain
-from bertforge.trainer import TrainOptions
+from bertforge.training.trainer import TrainOptions
 corpus, out, tokenizer, cache = sys.argv[1:5]
 options = TrainOptions(out=out, steps=6, accum=int(sys.argv[5]), log_every=1, eval_every=0, save_every=1000,
                        precision="fp32", progress=False, lr=1e-3)
@@ -198,7 +198,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
 
 
 def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
-    import bertforge.trainer as trainer_module
+    import bertforge.training.trainer as trainer_module
 
     write_corpus(tmp_path / "corpus")
     real_save, calls = torch.save, {"n": 0}

@@ -4,12 +4,12 @@ from the pace of real steps."""
 
 import pytest
 import torch
+from conftest import write_corpus
 
 from bertforge import BertforgeError
 from bertforge.pretrain import pretrain
 from bertforge.recipe import default_preset, finetuning_lr, pretraining_recipe, vocabulary_size
-from bertforge.trainer import TrainOptions, _replan
-from conftest import write_corpus
+from bertforge.training.trainer import TrainOptions, _replan
 
 
 def test_small_budget_recipe_by_size_and_family():

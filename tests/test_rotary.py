@@ -5,13 +5,13 @@ import json
 
 import pytest
 import torch
+from conftest import random_batch, tiny_config
 
 from bertforge import load_pretrained, save_pretrained
-from bertforge.model import Bert, rotary_tables, rotate
+from bertforge.models.bert import Bert, rotary_tables, rotate
 from bertforge.objectives import BertPretraining
-from bertforge.optim import make_optimizer
 from bertforge.tasks.classification import SequenceClassifier
-from conftest import random_batch, tiny_config
+from bertforge.training.optim import make_optimizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,17 +6,17 @@ import os
 
 import pytest
 import torch
+from conftest import tiny_config
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.cli import main
+from bertforge.data.masking import IGNORE
 from bertforge.finetune import evaluate, finetune, load_finetuned, predict
-from bertforge.masking import IGNORE
 from bertforge.metrics import entities
-from bertforge.model import Bert
+from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
 from bertforge.tasks.tagging import convert
-from bertforge.trainer import TrainOptions
-from conftest import tiny_config
+from bertforge.training.trainer import TrainOptions
 
 transformers = pytest.importorskip("transformers")
 

@@ -2,8 +2,8 @@
 
 from .config import PRESETS, BertConfig, preset
 from .errors import BertforgeError
-from .hf import load_pretrained, save_pretrained
-from .model import Bert, EncoderOutput
+from .formats.hf import load_pretrained, save_pretrained
+from .models.bert import Bert, EncoderOutput
 from .tokenizer import Tokenizer
 
 __all__ = [

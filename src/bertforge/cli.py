@@ -31,7 +31,7 @@ def cmd_tokenizer_train(args) -> None:
 
 
 def cmd_info(args) -> None:
-    from .hf import load_pretrained
+    from .formats.hf import load_pretrained
 
     model = load_pretrained(args.model)
     params = sum(p.numel() for p in model.parameters())
@@ -43,7 +43,7 @@ def cmd_info(args) -> None:
 def cmd_pretrain(args) -> None:
     from .pretrain import OBJECTIVES, masking_options, pretrain
     from .recipe import default_preset, pretraining_recipe
-    from .trainer import TrainOptions
+    from .training.trainer import TrainOptions
 
     if args.steps is None and args.max_minutes is None:
         raise BertforgeError("give a budget: --steps, --max-minutes, or both")
@@ -104,7 +104,7 @@ def cmd_evaluate_lm(args) -> None:
 def cmd_finetune(args) -> None:
     from .finetune import finetune
     from .tasks import make_task
-    from .trainer import TrainOptions
+    from .training.trainer import TrainOptions
 
     task = make_task(args.task, text_column=_column(args.text_column), pair_column=_column(args.pair_column),
                      label_column=_column(args.label_column), max_seq_length=args.max_seq_length,
@@ -115,7 +115,7 @@ def cmd_finetune(args) -> None:
                      choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
                      prefix_column=args.prefix_column, features=args.features)
     if args.lr is None:
-        from .hf import read_config
+        from .formats.hf import read_config
         from .recipe import finetuning_lr
 
         width = read_config(args.model).hidden_size
@@ -166,7 +166,7 @@ def cmd_embed(args) -> None:
     vectors = embed(args.model, texts, layers, args.pooling, args.batch_size, args.max_length, args.precision)
     tokens = None
     if args.pooling == "tokens":  # cut exactly as embed() cuts, so tokens and vectors line up
-        from .hf import read_config
+        from .formats.hf import read_config
 
         limit = args.max_length or read_config(args.model).max_length
         tokens = [e.tokens for e in Tokenizer.from_pretrained(args.model).encode_batch(texts, max_length=limit)]

@@ -15,7 +15,7 @@ import re
 from .errors import BertforgeError
 from .evaluate_lm import evaluate_lm, report
 from .fill_mask import FillMask
-from .trainer import read_metrics
+from .training.trainer import read_metrics
 
 # Scored as unseen text; two of the prompts below quote it.
 HELD_OUT = "hamlet.txt"

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from .errors import BertforgeError
-from .allocator import reuse_freed_memory
-from .hf import load_pretrained
+from .formats.hf import load_pretrained
 from .tasks.common import in_length_order
 from .tokenizer import Tokenizer
+from .training.allocator import reuse_freed_memory
 
 LAYER_CHOICES = ("last", "sum-last-4", "concat-last-4", "all")
 POOLING = ("mean", "cls", "tokens")

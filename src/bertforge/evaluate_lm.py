@@ -16,13 +16,13 @@ from collections import Counter
 import numpy as np
 import torch
 
-from .batches import MaskingOptions, PretrainingData
+from .data.batches import MaskingOptions, PretrainingData
+from .data.shards import build_shards
 from .errors import BertforgeError
-from .hf import load_pretrained, read_config, read_weights
+from .formats.hf import load_pretrained, read_config, read_weights
 from .objectives import BertPretraining
-from .shards import build_shards
 from .tokenizer import Tokenizer
-from .trainer import evaluate
+from .training.trainer import evaluate
 
 # The HF name of each family's MLM bias and of its sentence-pair head: which heads a checkpoint has.
 _MLM_BIAS = ("cls.predictions.bias", "predictions.bias", "lm_head.bias", "generator_lm_head.bias")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .errors import BertforgeError
-from .hf import load_pretrained
+from .formats.hf import load_pretrained
 from .objectives import BertPretraining
 from .tokenizer import MASK, Tokenizer
 

@@ -10,12 +10,12 @@ import sys
 import torch
 
 from .errors import BertforgeError
-from .hf import load_into, load_pretrained, read_config
+from .formats.hf import load_into, load_pretrained, read_config
 from .recipe import finetuning_lr
 from .tasks import task_from_config
 from .tasks.common import FinetuneData
 from .tokenizer import Tokenizer
-from .trainer import TrainOptions, distributed_setup, train
+from .training.trainer import TrainOptions, distributed_setup, train
 
 
 def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import activation
+from .models.bert import activation
 
 
 class MLMHead(nn.Module):

@@ -22,7 +22,7 @@ from torch import nn
 from .config import BertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
 from .losses import vocab_cross_entropy
-from .model import Bert, init_weights
+from .models.bert import Bert, init_weights
 
 
 def mlm_head(config: BertConfig) -> MLMHead:

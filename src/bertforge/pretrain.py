@@ -10,17 +10,17 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .atomic import atomic_directory
-from .batches import MaskingOptions, PretrainingData
 from .config import preset as size_preset
-from .corpus import FileReport, find_files, read_units, split_sentences
+from .data.batches import MaskingOptions, PretrainingData
+from .data.corpus import FileReport, find_files, read_units, split_sentences
+from .data.shards import build_shards
 from .errors import BertforgeError
-from .model import Dropout
+from .models.bert import Dropout
 from .objectives import BertPretraining, ElectraPretraining
 from .recipe import default_preset, pretraining_recipe, vocabulary_size
-from .shards import build_shards
 from .tokenizer import Tokenizer
-from .trainer import TrainOptions, distributed_setup, latest_checkpoint, train
+from .training.atomic import atomic_directory
+from .training.trainer import TrainOptions, distributed_setup, latest_checkpoint, train
 
 
 @dataclass(frozen=True)

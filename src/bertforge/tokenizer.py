@@ -14,9 +14,8 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from tokenizers import AddedToken
+from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors, trainers
 from tokenizers import Tokenizer as Backend
-from tokenizers import decoders, normalizers, pre_tokenizers, processors, trainers
 from tokenizers.models import BPE, WordPiece
 
 from .errors import BertforgeError

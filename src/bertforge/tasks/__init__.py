@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..config import BertConfig
 from ..errors import BertforgeError
-from .classification import GLUE, ClassificationTask, glue_task
 from .choice import MultipleChoiceTask
+from .classification import GLUE, ClassificationTask, glue_task
 from .qa import QuestionAnsweringTask
 from .tagging import TaggingTask
 

@@ -18,8 +18,9 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import accuracy
-from ..model import Bert, init_weights
-from .common import field as column_of, finetuned_config, inference_batches, pad, read_records
+from ..models.bert import Bert, init_weights
+from .common import field as column_of
+from .common import finetuned_config, inference_batches, pad, read_records
 
 
 @dataclass

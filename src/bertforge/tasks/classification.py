@@ -17,8 +17,9 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
-from ..model import Bert, init_weights
-from .common import encoder_inputs, field as column_of, finetuned_config, inference_batches, read_records
+from ..models.bert import Bert, init_weights
+from .common import encoder_inputs, finetuned_config, inference_batches, read_records
+from .common import field as column_of
 
 
 @dataclass

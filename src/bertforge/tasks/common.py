@@ -5,15 +5,15 @@ from __future__ import annotations
 import csv
 import os
 import sys
-from dataclasses import asdict
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 
 import numpy as np
 import torch
 
-from ..batches import Position
 from ..config import BertConfig
-from ..corpus import json_object
+from ..data.batches import Position
+from ..data.corpus import json_object
 from ..errors import BertforgeError
 
 csv.field_size_limit(sys.maxsize)

@@ -23,7 +23,7 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
-from ..model import Bert, init_weights
+from ..models.bert import Bert, init_weights
 from .common import encoder_inputs, finetuned_config, inference_batches
 
 

@@ -16,11 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import BertConfig
+from ..data.masking import IGNORE
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
-from ..masking import IGNORE
 from ..metrics import entities, entity_scores
-from ..model import Bert, init_weights
+from ..models.bert import Bert, init_weights
 from .common import encoder_inputs, finetuned_config, inference_batches, pad
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")

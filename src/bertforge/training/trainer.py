@@ -24,11 +24,11 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-from .atomic import atomic_directory
-from .batches import Position
-from .errors import BertforgeError
+from ..data.batches import Position
+from ..errors import BertforgeError
+from ..formats.hf import check_vocab_fits, load_parts, read_config, write_parts
 from .allocator import reuse_freed_memory
-from .hf import check_vocab_fits, load_parts, read_config, write_parts
+from .atomic import atomic_directory
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
 
 STATE_FILE = "trainer_state.pt"

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .errors import BertforgeError
+from ..errors import BertforgeError
+from ..tokenizer import Tokenizer
 from .instances import A_END, A_START, B_END, B_START, IS_RANDOM, create_instances, create_packed_instances
 from .masking import IGNORE, geometric_lengths, mask_spans, mask_tokens, ngram_lengths
 from .shards import Shards
-from .tokenizer import Tokenizer
 
 
 @dataclass

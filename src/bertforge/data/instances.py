@@ -18,7 +18,7 @@ from array import array
 
 import numpy as np
 
-from .errors import BertforgeError
+from ..errors import BertforgeError
 from .shards import Shards
 
 A_START, A_END, B_START, B_END, IS_RANDOM = range(5)

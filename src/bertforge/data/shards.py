@@ -21,10 +21,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .atomic import atomic_directory
+from ..errors import BertforgeError
+from ..tokenizer import Tokenizer
+from ..training.atomic import atomic_directory
 from .corpus import FileReport, find_files, read_units, split_sentences
-from .errors import BertforgeError
-from .tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
 CHUNK_CHARS = 1 << 18  # text per task sent to a worker

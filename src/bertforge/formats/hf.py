@@ -15,10 +15,10 @@ import warnings
 import torch
 from torch import nn
 
-from .atomic import atomic_directory
-from .config import BertConfig
-from .errors import BertforgeError
-from .model import Bert, rotary_tables
+from ..config import BertConfig
+from ..errors import BertforgeError
+from ..models.bert import Bert, rotary_tables
+from ..training.atomic import atomic_directory
 
 # (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .errors import BertforgeError
+from ..errors import BertforgeError
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
 LAYOUTS = ("auto", "lines", "prose")

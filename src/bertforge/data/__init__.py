@@ -1,0 +1,1 @@
+"""The pretraining data path: corpus -> shards -> instances -> masking -> batches."""

@@ -1,0 +1,1 @@
+"""On-disk formats: the Hugging Face key maps."""
