@@ -39,6 +39,10 @@ RUNS = {
     "+ rotary, lr 2e-3, masking 30%": {**NEW, "mask_prob": 0.3},
     "+ rotary, lr 2e-3, 128 tokens x 32": {**NEW, "max_seq_length": 128, "batch_size": 32},
     "+ rotary, bert-mini, lr 1e-3": {**NEW, "lr": 1e-3, "preset": "bert-mini"},
+    # ModernBERT's encoder (pre-LN, GeGLU, no biases, local/global attention) with masked LM alone
+    "modernbert, lr 2e-3, masking 30%": {**NEW, "objective": "modernbert", "mask_prob": 0.3},
+    "modernbert, lr 2e-3, masking 15%": {**NEW, "objective": "modernbert"},
+    "modernbert, lr 4e-3, masking 30%": {**NEW, "objective": "modernbert", "lr": 4e-3, "mask_prob": 0.3},
 }
 
 

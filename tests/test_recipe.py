@@ -20,6 +20,10 @@ def test_small_budget_recipe_by_size_and_family():
     # no rotary class in transformers for RoBERTa, ALBERT, ELECTRA: absolute positions, half the rate
     roberta = pretraining_recipe("small-budget", "roberta", "bert-mini", "roberta")
     assert roberta.positions == "absolute" and roberta.lr == 5e-4
+    # ModernBERT is rotary by design and masks 30%, in either recipe
+    modern = pretraining_recipe("small-budget", "modernbert", "bert-tiny", "modernbert")
+    assert (modern.positions, modern.lr, modern.mask_prob) == ("rotary", 2e-3, 0.3)
+    assert pretraining_recipe("bert-2018", "modernbert", "bert-tiny", "modernbert").positions == "rotary"
     # larger models take smaller rates
     rates = [pretraining_recipe("small-budget", "bert", p, "bert").lr
              for p in ("bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large")]
@@ -57,8 +61,11 @@ def test_a_minutes_budget_is_planned_again_from_the_real_pace():
 
 def test_rotary_positions_need_a_family_that_has_them(tmp_path):
     write_corpus(tmp_path / "corpus")
-    with pytest.raises(BertforgeError, match="rotary positions need --objective bert or span"):
+    with pytest.raises(BertforgeError, match="rotary positions need --objective bert, span or modernbert"):
         pretrain(str(tmp_path / "corpus"), str(tmp_path / "run"), objective="roberta", positions="rotary",
+                 options=TrainOptions(out=str(tmp_path / "run"), steps=1))
+    with pytest.raises(BertforgeError, match="ModernBERT's positions are rotary"):
+        pretrain(str(tmp_path / "corpus"), str(tmp_path / "run"), objective="modernbert", positions="absolute",
                  options=TrainOptions(out=str(tmp_path / "run"), steps=1))
     with pytest.raises(BertforgeError, match="dropout must be in"):
         pretrain(str(tmp_path / "corpus"), str(tmp_path / "run"), dropout=1.5,

@@ -13,7 +13,7 @@ from .config import PRESETS
 
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
-OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra"]
+OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert"]
 from .errors import BertforgeError
 
 
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("model", help="an HF BERT checkpoint directory")
     info.set_defaults(func=cmd_info)
 
-    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT or ELECTRA on a corpus",
+    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA or ModernBERT on a corpus",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     pre.add_argument("--corpus", nargs="+", required=True,
                      help="text files, folders or globs (.txt, .jsonl, optionally .gz)")
@@ -217,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--objective", default="bert", choices=OBJECTIVE_NAMES,
                      help="bert: MLM + next-sentence prediction; roberta: MLM on packed full sentences; "
                           "span: SpanBERT span masking + span-boundary objective; albert: factorised embeddings, "
-                          "shared layers, n-gram masking + sentence order; electra: replaced-token detection")
+                          "shared layers, n-gram masking + sentence order; electra: replaced-token detection; "
+                          "modernbert: MLM over a ModernBERT encoder (pre-LN, rotary, GeGLU, local/global attention)")
     pre.add_argument("--preset", choices=sorted(PRESETS),
                      help="model size (default: by the budget: bert-tiny for --max-minutes 10 or less, else bert-mini)")
     pre.add_argument("--recipe", default="small-budget", choices=["small-budget", "bert-2018"],
@@ -225,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "learning rate by size, 10%% warm-up, beta2 0.98, no dropout while pretraining: "
                           "measured best for CPU budgets) or bert-2018 (the BERT paper's, exactly)")
     pre.add_argument("--positions", choices=["rotary", "absolute"],
-                     help="rotary: RoFormer (saved as RoFormerForMaskedLM; objectives bert and span); absolute: "
-                          "BERT's learned position table (default: the recipe's)")
+                     help="rotary: RoFormer (saved as RoFormerForMaskedLM; objectives bert and span; ModernBERT's "
+                          "always); absolute: BERT's learned position table (default: the recipe's)")
     pre.add_argument("--generator-fraction", type=float, default=0.25,
                      help="ELECTRA: the generator's width as a fraction of the discriminator's")
     pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")

@@ -19,13 +19,12 @@ import torch
 from .data.batches import MaskingOptions, PretrainingData
 from .data.shards import build_shards
 from .errors import BertforgeError
-from .formats.hf import load_pretrained, read_config, read_weights
+from .formats.hf import head_keys, load_pretrained, read_config, read_weights
 from .objectives import BertPretraining
 from .tokenizer import Tokenizer
 from .training.trainer import evaluate
 
 # The HF name of each family's MLM bias and of its sentence-pair head: which heads a checkpoint has.
-_MLM_BIAS = ("cls.predictions.bias", "predictions.bias", "lm_head.bias", "generator_lm_head.bias")
 _SENTENCE_HEADS = {"cls.seq_relationship.weight": "nsp", "bertforge_nsp.weight": "nsp",
                    "sop_classifier.classifier.weight": "sop"}
 
@@ -43,7 +42,7 @@ def evaluate_lm(model_dir: str, files, max_seq_length: int = 128, batch_size: in
         model_dir = os.path.join(model_dir, "generator")
     config = read_config(model_dir)
     names = set(read_weights(model_dir, config.model_type)[0])
-    if not names & set(_MLM_BIAS):
+    if dict(head_keys(config.model_type)["mlm"])["bias"] not in names:  # the family's MLM head
         raise BertforgeError(f"{model_dir}: no masked-LM head in this checkpoint ({config.architectures[0]}); "
                              "evaluate-lm needs a pretraining checkpoint (…ForPreTraining or …ForMaskedLM)")
     sentence = next((term for name, term in _SENTENCE_HEADS.items() if name in names), None)

@@ -15,16 +15,18 @@ class MLMHead(nn.Module):
     The decoder matrix is not owned here: `forward` takes the word-embedding weight, which keeps
     the tie explicit. Call it on the hidden states of the masked positions only (M, H): computing
     vocabulary logits for every token wastes most of the head's work. With factorised embeddings
-    (ALBERT, ELECTRA's generator) the dense layer maps H down to the embedding width E.
+    (ALBERT, ELECTRA's generator) the dense layer maps H down to the embedding width E. ModernBERT's
+    dense and LayerNorm have no biases by default (`dense_bias`, `norm_bias`).
     """
 
     def __init__(self, hidden_size: int, vocab_size: int, hidden_act: str = "gelu",
-                 layer_norm_eps: float = 1e-12, embedding_size: int | None = None):
+                 layer_norm_eps: float = 1e-12, embedding_size: int | None = None,
+                 dense_bias: bool = True, norm_bias: bool = True):
         super().__init__()
         E = embedding_size or hidden_size
-        self.dense = nn.Linear(hidden_size, E)
+        self.dense = nn.Linear(hidden_size, E, bias=dense_bias)
         self.act = activation(hidden_act)
-        self.norm = nn.LayerNorm(E, eps=layer_norm_eps)
+        self.norm = nn.LayerNorm(E, eps=layer_norm_eps, bias=norm_bias)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:

@@ -19,15 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import BertConfig
+from .config import BertConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
 from .losses import vocab_cross_entropy
-from .models.bert import Bert, init_weights
+from .models import encoder
+from .models.bert import init_weights
 
 
-def mlm_head(config: BertConfig) -> MLMHead:
+def mlm_head(config: BertConfig | ModernBertConfig) -> MLMHead:
     """The family's masked-LM head. RoBERTa's and ELECTRA's generator's always use GELU; BERT's and
-    ALBERT's follow `hidden_act`. With factorised embeddings it maps down to their width."""
+    ALBERT's follow `hidden_act`, ModernBERT's `classifier_activation` (its head is the one its task
+    classes use, biases as configured). With factorised embeddings it maps down to their width."""
+    if isinstance(config, ModernBertConfig):
+        return MLMHead(config.hidden_size, config.vocab_size, config.classifier_activation, config.norm_eps,
+                       dense_bias=config.classifier_bias, norm_bias=config.norm_bias)
     act = "gelu" if config.model_type in ("roberta", "electra") else config.hidden_act
     return MLMHead(config.hidden_size, config.vocab_size, act, config.layer_norm_eps, config.embedding_size)
 
@@ -47,7 +52,9 @@ class BertPretraining(nn.Module):
         super().__init__()
         if sentence not in ("nsp", "sop", None):
             raise ValueError(f"sentence must be 'nsp', 'sop' or None, got {sentence!r}")
-        self.bert = Bert(config, pooler=sentence is not None)
+        if sentence is not None and config.model_type == "modernbert":
+            raise ValueError("ModernBERT pretrains with masked LM alone (no NSP or SOP head)")
+        self.bert = encoder(config, pooler=sentence is not None)
         self.mlm = mlm_head(config)
         self.sentence = sentence
         self.nsp = NSPHead(config.hidden_size) if sentence else None
@@ -123,7 +130,7 @@ class ElectraPretraining(nn.Module):
         super().__init__()
         if config.model_type != "electra":
             raise ValueError("ElectraPretraining needs a config with model_type 'electra'")
-        self.bert = Bert(config, pooler=False)
+        self.bert = encoder(config, pooler=False)
         self.discriminator = DiscriminatorHead(config.hidden_size, config.hidden_act)
         self.discriminator.apply(lambda m: init_weights(m, config.initializer_range))
         self.generator = BertPretraining(generator_config(config, generator_fraction), sentence=None)

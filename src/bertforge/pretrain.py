@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from .config import modernbert_preset
 from .config import preset as size_preset
 from .data.batches import MaskingOptions, PretrainingData
 from .data.corpus import FileReport, find_files, read_units, split_sentences
@@ -52,6 +53,9 @@ OBJECTIVES = {
     # generator's input: [MASK] at 85% of the chosen positions, the rest left unchanged and no
     # random tokens (its pretrain_helpers.mask); the discriminator sees samples at all of them.
     "electra": Objective("electra", ("mlm", "rtd"), masking={"replace_prob": 0.85, "random_prob": 0.0}),
+    # ModernBERT: masked LM alone (30% in its recipe) on packed full sentences, over its own encoder
+    # (pre-LayerNorm, rotary, GeGLU, no biases, local/global attention).
+    "modernbert": Objective("modernbert", ("mlm",)),
 }
 
 
@@ -84,7 +88,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
              objective: str = "bert", generator_fraction: float = 0.25, byte_bpe: bool = False,
              recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None) -> dict:
     """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
-    electra) on `corpus` (files, folders, globs) and write it under `out`.
+    electra, modernbert) on `corpus` (files, folders, globs) and write it under `out`.
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory
     `tokenizer`, or a new vocabulary of `vocab_size` (default: by the corpus's size, see
@@ -108,9 +112,11 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     dropout = chosen.dropout if dropout is None else dropout
     if positions not in ("absolute", "rotary"):
         raise BertforgeError(f"unknown positions {positions!r}; choose absolute or rotary")
-    if positions == "rotary" and recipe.model_type != "bert":
-        raise BertforgeError(f"rotary positions need --objective bert or span (transformers has no rotary "
-                             f"{recipe.model_type}); use --positions absolute")
+    if positions == "rotary" and recipe.model_type not in ("bert", "modernbert"):
+        raise BertforgeError(f"rotary positions need --objective bert, span or modernbert (transformers has no "
+                             f"rotary {recipe.model_type}); use --positions absolute")
+    if positions == "absolute" and recipe.model_type == "modernbert":
+        raise BertforgeError("ModernBERT's positions are rotary: drop --positions absolute")
     if dropout is not None and not 0 <= dropout < 1:
         raise BertforgeError(f"dropout must be in [0, 1), got {dropout}")
     options = options or TrainOptions(out=out, lr=chosen.lr, warmup=chosen.warmup, betas=chosen.betas)
@@ -156,12 +162,18 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     if rank != 0:
         shards = build_shards(files, tok, cache_dir, layout, text_field, progress=False)
 
-    model_type = "roformer" if positions == "rotary" else recipe.model_type
-    overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": model_type,
-                 **recipe.model, **(model_overrides or {})}
-    if recipe.model_type == "roberta":  # room for RoBERTa's position offset (514 rows for 512 tokens)
-        overrides.setdefault("max_position_embeddings", 512 + tok.pad_id + 1)
-    config = size_preset(preset, **overrides)
+    if recipe.model_type == "modernbert":
+        ids = {f"{name}_token_id": tok_id for name, tok_id in (("cls", tok.cls_id), ("sep", tok.sep_id),
+                                                               ("bos", tok.cls_id), ("eos", tok.sep_id))}
+        config = modernbert_preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, **ids,
+                                   **(model_overrides or {}))
+    else:
+        model_type = "roformer" if positions == "rotary" else recipe.model_type
+        overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": model_type,
+                     **recipe.model, **(model_overrides or {})}
+        if recipe.model_type == "roberta":  # room for RoBERTa's position offset (514 rows for 512 tokens)
+            overrides.setdefault("max_position_embeddings", 512 + tok.pad_id + 1)
+        config = size_preset(preset, **overrides)
     if max_seq_length > config.max_length:
         raise BertforgeError(f"max_seq_length {max_seq_length} exceeds the model's {config.max_length} positions")
     data = PretrainingData(shards, tok, batch_size, max_seq_length, short_seq_prob, masking, options.seed,

@@ -49,18 +49,20 @@ def pretraining_recipe(name: str, objective: str, preset: str, model_type: str) 
     Rotary positions need a family with a rotary HF class: BERT's objectives (bert, span) become
     RoFormer; RoBERTa, ALBERT and ELECTRA keep absolute positions, and with them half the rotary
     rate (the family benchmark found RoBERTa collapsing at 1e-3 on bert-mini, fine at 5e-4).
+    ModernBERT is rotary by design and masks 30%, as its paper does.
     """
     if name not in RECIPES:
         raise BertforgeError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
     if name == "bert-2018":
         # Devlin et al. (2019); RoBERTa's objective keeps its paper's beta2 and doubled rate.
         roberta = objective == "roberta"
-        return PretrainingRecipe(name, "absolute", 2e-4 if roberta else 1e-4, 0.01,
+        return PretrainingRecipe(name, "rotary" if model_type == "modernbert" else "absolute",
+                                 2e-4 if roberta else 1e-4, 0.01,
                                  (0.9, 0.98) if roberta else (0.9, 0.999), 0.1, 0.15)
-    rotary = model_type == "bert"
+    rotary = model_type in ("bert", "modernbert")
     lr = ROTARY_LR.get(preset, 1e-3)
     return PretrainingRecipe(name, "rotary" if rotary else "absolute", lr if rotary else lr / 2, 0.1,
-                             (0.9, 0.98), 0.0, 0.15)
+                             (0.9, 0.98), 0.0, 0.3 if model_type == "modernbert" else 0.15)
 
 
 def finetuning_lr(hidden_size: int) -> float:

@@ -1,5 +1,5 @@
-"""Hugging Face format: the key maps between our parameter names and HF's for BERT, ALBERT, RoBERTa
-and ELECTRA, and checkpoint I/O.
+"""Hugging Face format: the key maps between our parameter names and HF's for BERT, ALBERT, RoBERTa,
+ELECTRA, RoFormer and ModernBERT, and checkpoint I/O.
 
 A checkpoint directory holds `config.json`, `model.safetensors` and the tokenizer files, exactly as
 `transformers` writes them, so that models move both ways. Weights are read with safetensors (or,
@@ -15,15 +15,19 @@ import warnings
 import torch
 from torch import nn
 
-from ..config import BertConfig
+from ..config import BertConfig, ModernBertConfig, load_config
 from ..errors import BertforgeError
-from ..models.bert import Bert, rotary_tables
+from ..models import ENCODERS, encoder
+from ..models.bert import rotary_tables
 from ..training.atomic import atomic_directory
 
 # (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
 # prefix (`bert.`, `albert.`, ...) and their heads beside it.
-FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra", "roformer": "RoFormer"}
+FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra", "roformer": "RoFormer",
+                "modernbert": "ModernBert"}
+# The attribute holding the encoder in HF's task classes: the model_type, except in ModernBERT's.
+ENCODER_PREFIX = {"modernbert": "model"}
 
 EMBEDDING_KEYS = [
     ("embeddings.word.weight", "embeddings.word_embeddings.weight"),
@@ -89,6 +93,21 @@ ROTARY_TABLE = "encoder.embed_positions.weight"
 # Classes HF lacks, saved as the nearest it has (the missing heads go in our heads file).
 NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM"}
 
+# ModernBERT: our names -> HF's, by prefix (its fused Wqkv is ours as it is). Which biases exist
+# depends on the config, so the pairs are made from the encoder's own parameter names.
+MODERNBERT_RENAMES = [
+    ("embeddings.word.", "embeddings.tok_embeddings."),
+    ("embeddings.norm.", "embeddings.norm."),
+    ("layers.{}.attention_norm.", "layers.{}.attn_norm."),
+    ("layers.{}.attention.qkv.", "layers.{}.attn.Wqkv."),
+    ("layers.{}.attention.out.", "layers.{}.attn.Wo."),
+    ("layers.{}.ffn_norm.", "layers.{}.mlp_norm."),
+    ("layers.{}.ffn_in.", "layers.{}.mlp.Wi."),
+    ("layers.{}.ffn_out.", "layers.{}.mlp.Wo."),
+    ("final_norm.", "final_norm."),
+    ("pooler.", "head."),  # the task classes' dense -> act -> LayerNorm over [CLS] (see models.modernbert)
+]
+
 
 def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
     return [(f"{ours}.weight", f"{theirs}.weight"), (f"{ours}.bias", f"{theirs}.bias")]
@@ -96,6 +115,13 @@ def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
 
 def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[str, str]]]:
     """(ours, HF) names of every head a model of this family and HF class may have."""
+    if model_type == "modernbert":
+        # One `head` (dense -> act -> LayerNorm, biases as configured) before the decoder or the
+        # classifier; on every token in the token-level classes (our `transform`), and QA's start
+        # and end logits come from a two-output `classifier`.
+        head = _linear("dense", "head.dense") + _linear("norm", "head.norm")
+        return {"mlm": head + [("bias", "decoder.bias")], "transform": head,
+                "classifier": _linear("dense", "classifier"), "qa": _linear("dense", "classifier")}
     dense, norm, bias = _MLM[model_type]
     heads = {
         "mlm": _linear("dense", dense) + _linear("norm", norm) + [("bias", bias)],
@@ -132,7 +158,7 @@ def pooler_key(model_type: str, architecture: str = "") -> str | None:
 KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "predictions.", "sop_classifier.", "lm_head.",
                        "generator_predictions.", "generator_lm_head.", "discriminator_predictions.",
                        "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.", "bertforge_pooler.",
-                       "bertforge_nsp.")
+                       "bertforge_nsp.", "head.", "decoder.")
 
 # Heads of ours that no HF class has (SpanBERT's boundary head, the scalar mix) live in a file of
 # their own beside model.safetensors.
@@ -145,7 +171,8 @@ DERIVED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.pre
                 "predictions.decoder.bias", "lm_head.decoder.bias", ROTARY_TABLE)
 # Decoders tied to the word embeddings: must equal them when present.
 TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
-                 "generator_lm_head.weight")
+                 "generator_lm_head.weight", "decoder.weight")
+WORD_EMBEDDINGS = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight")
 
 
 def hf_class(model_type: str, architecture: str) -> str:
@@ -155,8 +182,11 @@ def hf_class(model_type: str, architecture: str) -> str:
     return NEAREST_CLASS.get(name, name)
 
 
-def encoder_key_map(config: BertConfig, architecture: str = "", pooler: bool = True) -> list[tuple[str, str]]:
+def encoder_key_map(config: BertConfig | ModernBertConfig, architecture: str = "",
+                    pooler: bool = True) -> list[tuple[str, str]]:
     """Every (ours, HF) name pair of the encoder `config` describes, QKV excepted."""
+    if isinstance(config, ModernBertConfig):
+        return modernbert_key_map(config, architecture, pooler)
     family = "albert" if config.model_type == "albert" else "bert"
     pairs = [p for p in EMBEDDING_KEYS if config.model_type != "roformer" or "position" not in p[0]]
     if config.model_type == "albert" or config.word_size != config.hidden_size:  # as `Bert.project`
@@ -167,8 +197,27 @@ def encoder_key_map(config: BertConfig, architecture: str = "", pooler: bool = T
     return pairs + (_linear("pooler.dense", theirs) if theirs else [])
 
 
-def _qkv_names(config: BertConfig):
+def modernbert_key_map(config: ModernBertConfig, architecture: str = "", pooler: bool = True) -> list:
+    """(ours, HF) name pairs of a ModernBERT encoder: its own parameter names renamed by prefix. Our
+    pooler is HF's `head` in the sentence-level task classes (in the others `head` is a head of ours)."""
+    pooler = pooler and architecture.endswith(("ForSequenceClassification", "ForMultipleChoice"))
+    pairs = []
+    with torch.device("meta"):  # names only: no memory, no initialisation
+        names = encoder(config, pooler=pooler).state_dict()
+    for name in names:
+        layer = name.split(".")[1] if name.startswith("layers.") else None
+        for ours, theirs in MODERNBERT_RENAMES:
+            ours = ours.format(layer)
+            if name.startswith(ours):
+                pairs.append((name, theirs.format(layer) + name.removeprefix(ours)))
+                break
+    return pairs
+
+
+def _qkv_names(config: BertConfig | ModernBertConfig):
     """(our fused name, HF's three names) for each layer's weight and bias."""
+    if isinstance(config, ModernBertConfig):
+        return  # fused in HF too
     template = QKV_HF["albert" if config.model_type == "albert" else "bert"]
     for i in range(config.num_hidden_groups or config.num_hidden_layers):
         for kind in ("weight", "bias"):
@@ -206,10 +255,10 @@ def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, archit
 # ---- reading -------------------------------------------------------------------------------------
 
 
-def read_config(directory: str) -> BertConfig:
+def read_config(directory: str) -> BertConfig | ModernBertConfig:
     if not os.path.isdir(directory):
         raise BertforgeError(f"{directory}: no such directory")
-    return BertConfig.load(os.path.join(directory, "config.json"))
+    return load_config(os.path.join(directory, "config.json"))
 
 
 def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, torch.Tensor], str]:
@@ -258,13 +307,13 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
     """Strip the family's prefix, rename legacy gamma/beta, drop derived keys, check tied decoders."""
     out = {}
     for key, tensor in tensors.items():
-        key = key.removeprefix(model_type + ".")
+        key = key.removeprefix(ENCODER_PREFIX.get(model_type, model_type) + ".")
         for old, new in LEGACY_SUFFIXES.items():
             if key.endswith(old) and "LayerNorm" in key:
                 key = key[: -len(old)] + new
         if key not in DERIVED_KEYS:
             out[key] = tensor
-    word = out.get("embeddings.word_embeddings.weight")
+    word = next((out[k] for k in WORD_EMBEDDINGS if k in out), None)
     for name in TIED_DECODERS:
         decoder = out.pop(name, None)
         if decoder is not None and word is not None and not torch.equal(decoder, word):
@@ -273,19 +322,20 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
     return out
 
 
-def load_pretrained(directory: str, cls=Bert, device: str | torch.device = "cpu", new_heads: bool = False,
+def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu", new_heads: bool = False,
                     **options):
-    """Load any HF BERT, ALBERT, RoBERTa or ELECTRA directory (the encoder classes, pretraining and
-    task models) as `cls`.
+    """Load any HF BERT, ALBERT, RoBERTa, ELECTRA, RoFormer or ModernBERT directory (the encoder
+    classes, pretraining and task models) as `cls`.
 
-    `cls` is `Bert` (the encoder alone: heads in the checkpoint are skipped) or a composite with
+    `cls` is None for the encoder alone (`Bert` or `ModernBert`, as the config says: heads in the
+    checkpoint are skipped) or a composite with
     the encoder at `.bert` and heads named as in `head_keys` (e.g. `BertPretraining`), whose heads
     must be in the checkpoint unless `new_heads` allows fresh ones. A checkpoint without a pooler
     (HF's `BertForMaskedLM`, ELECTRA, token-level task models) gets a freshly initialised one,
     with a warning. `options` go to `cls` (e.g. `sentence=None`).
     """
     config = read_config(directory)
-    model = cls(config, **options)
+    model = encoder(config, **options) if cls is None or cls in ENCODERS else cls(config, **options)
     for sub, part in parts(model).items():
         load_into(part, _join(directory, sub), new_heads, config if not sub else None)
     return model.to(device)
@@ -299,18 +349,20 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     config = config or read_config(directory)
     tensors, source = read_weights(directory, config.model_type)
     _check_tokenizer(directory, config)
-    encoder, architecture = (model, "") if isinstance(model, Bert) else (model.bert, model.architecture)
-    state, used = encoder_from_hf(tensors, config, architecture, pooler=encoder.pooler is not None)
-    allowed_missing = {"pooler.dense.weight", "pooler.dense.bias"}
+    body, architecture = (model, "") if isinstance(model, ENCODERS) else (model.bert, model.architecture)
+    state, used = encoder_from_hf(tensors, config, architecture, pooler=body.pooler is not None)
+    allowed_missing = {f"pooler.{layer}.{kind}" for layer in ("dense", "norm") for kind in ("weight", "bias")}
     fresh = set()  # new task heads: expected to be missing, so no warning
-    if not isinstance(model, Bert):
+    if not isinstance(model, ENCODERS):
         state = {"bert." + k: v for k, v in state.items()}
         allowed_missing = {"bert." + k for k in allowed_missing}
         for name, pairs in head_keys(config.model_type, architecture).items():
             if getattr(model, name, None) is None:
                 continue
             for ours, theirs in pairs:
-                if theirs in tensors and heads:
+                # ModernBERT's `head` before a token classifier is the masked-LM head's, carried over
+                # to a new task as HF carries it (and as every family's pooler is).
+                if theirs in tensors and (heads or name == "transform"):
                     state[f"{name}.{ours}"] = tensors[theirs]
                     used.add(theirs)
                 elif new_heads:
@@ -377,7 +429,7 @@ def save_pretrained(model: nn.Module, directory: str, tokenizer=None) -> None:
     encoder at `.bert`, head modules named as in `head_keys`, and an `architecture` attribute naming
     the HF class; an objective made of several models (ELECTRA) writes each (see `parts`).
     """
-    check_vocab_fits(tokenizer, (model if isinstance(model, Bert) else model.bert).config)
+    check_vocab_fits(tokenizer, (model if isinstance(model, ENCODERS) else model.bert).config)
     with atomic_directory(directory) as tmp:
         write_parts(model, tmp, tokenizer)
 
@@ -422,17 +474,17 @@ def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: B
         tokenizer.save_pretrained(directory)
 
 
-def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig]:
+def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig | ModernBertConfig]:
     """The HF-named tensors and config of `model` (see `save_pretrained`)."""
-    if isinstance(model, Bert):
-        encoder, architecture, prefix = model, "BertModel", ""
+    if isinstance(model, ENCODERS):
+        body, architecture, prefix = model, "BertModel", ""
     else:
-        encoder, architecture = model.bert, model.architecture
-        prefix = encoder.config.model_type + "."
-    model_type = encoder.config.model_type
-    config = BertConfig(**{**encoder.config.to_dict(), "architectures": [hf_class(model_type, architecture)]})
-    tensors = {(k if k.startswith("bertforge_") else prefix + k): v  # ours alone: not under HF's prefix
-               for k, v in encoder_to_hf(encoder.state_dict(), config, architecture).items()}
+        body, architecture = model.bert, model.architecture
+        prefix = ENCODER_PREFIX.get(body.config.model_type, body.config.model_type) + "."
+    model_type = body.config.model_type
+    config = type(body.config)(**{**body.config.to_dict(), "architectures": [hf_class(model_type, architecture)]})
+    tensors = {(k if k.startswith(("bertforge_", "head.")) else prefix + k): v  # heads: not under HF's prefix
+               for k, v in encoder_to_hf(body.state_dict(), config, architecture).items()}
     if model_type == "roformer":
         tensors[prefix + ROTARY_TABLE] = rotary_table_hf(config)
     if prefix:
@@ -440,7 +492,7 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig]:
             head = getattr(model, name, None)
             if head is not None:
                 head_state = head.state_dict()
-                tensors.update({theirs: head_state[ours] for ours, theirs in pairs})
+                tensors.update({theirs: head_state[ours] for ours, theirs in pairs if ours in head_state})
     return tensors, config
 
 

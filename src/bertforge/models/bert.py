@@ -261,4 +261,5 @@ def init_weights(module: nn.Module, std: float) -> None:
                 module.weight[module.padding_idx].zero_()
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+        if module.bias is not None:  # ModernBERT's have none
+            nn.init.zeros_(module.bias)

@@ -18,7 +18,8 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import accuracy
-from ..models.bert import Bert, init_weights
+from ..models import encoder
+from ..models.bert import init_weights
 from .common import field as column_of
 from .common import finetuned_config, inference_batches, pad, read_records
 
@@ -147,7 +148,7 @@ class ChoiceScorer(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.bert = Bert(config)
+        self.bert = encoder(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.classifier = ClassifierHead(config.hidden_size, 1, dropout)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))

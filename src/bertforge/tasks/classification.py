@@ -17,7 +17,8 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
-from ..models.bert import Bert, init_weights
+from ..models import encoder
+from ..models.bert import init_weights
 from .common import encoder_inputs, finetuned_config, inference_batches, read_records
 from .common import field as column_of
 
@@ -188,7 +189,7 @@ class SequenceClassifier(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.bert = Bert(config)
+        self.bert = encoder(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.regression = config.problem_type == "regression"
         self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout)

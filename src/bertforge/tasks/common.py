@@ -11,7 +11,6 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from ..config import BertConfig
 from ..data.batches import Position
 from ..data.corpus import json_object
 from ..errors import BertforgeError
@@ -131,7 +130,7 @@ def finetuned_config(config, task, drop: tuple = (), **updates):
     """The config of a model fine-tuned for `task`: the task saved in it, keys of other heads dropped."""
     values = {k: v for k, v in config.to_dict().items() if k not in ("label2id", *drop)}
     values.update(finetuning_task=task.name, bertforge_task=asdict(task), **updates)
-    return BertConfig(**values)
+    return type(config)(**values)
 
 
 def pad(rows: list[list[int]], value: int) -> torch.Tensor:

@@ -23,7 +23,9 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
-from ..models.bert import Bert, init_weights
+from ..models import encoder
+from ..models.bert import init_weights
+from ..models.modernbert import Head
 from .common import encoder_inputs, finetuned_config, inference_batches
 
 
@@ -263,13 +265,18 @@ class QuestionAnswerer(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.bert = Bert(config)
+        # ModernBERT's QA class puts its dense -> act -> LayerNorm head on every token first.
+        modern = config.model_type == "modernbert"
+        self.bert = encoder(config, pooler=not modern)
+        self.transform = Head(config) if modern else None
         self.qa = ClassifierHead(config.hidden_size, 2, dropout=0.0)  # HF has no dropout here
         self.qa.apply(lambda m: init_weights(m, config.initializer_range))
 
     def logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        logits = self.qa(out.last_hidden_state)  # (B, T, 2)
+        hidden = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
+        if self.transform is not None:
+            hidden = self.transform(hidden)
+        logits = self.qa(hidden)  # (B, T, 2)
         # Padding can never be an answer boundary.
         logits = logits.masked_fill(batch["attention_mask"][..., None] == 0, -1e4)
         return logits[..., 0], logits[..., 1]

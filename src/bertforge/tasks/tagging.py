@@ -20,7 +20,9 @@ from ..data.masking import IGNORE
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import entities, entity_scores
-from ..models.bert import Bert, init_weights
+from ..models import encoder
+from ..models.bert import init_weights
+from ..models.modernbert import Head
 from .common import encoder_inputs, finetuned_config, inference_batches, pad
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")
@@ -216,14 +218,19 @@ class TokenClassifier(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.bert = Bert(config)
+        # ModernBERT's token classes put its dense -> act -> LayerNorm head on every token first.
+        modern = config.model_type == "modernbert"
+        self.bert = encoder(config, pooler=not modern)
+        self.transform = Head(config) if modern else None
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.classifier = ClassifierHead(config.hidden_size, config.num_labels, dropout)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
 
     def logits(self, batch: dict) -> torch.Tensor:
-        out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        return self.classifier(out.last_hidden_state)  # (B, T, labels)
+        hidden = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
+        if self.transform is not None:
+            hidden = self.transform(hidden)
+        return self.classifier(hidden)  # (B, T, labels)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         logits = self.logits(batch).float()
