@@ -54,7 +54,8 @@ def one_run(name: str, seed: int, args, corpus) -> dict:
                            betas=settings["betas"], seed=seed, eval_every=0, eval_batches=20, save_every=0,
                            progress=False)
     seq, batch = settings.get("max_seq_length", args.max_seq_length), settings.get("batch_size", args.batch_size)
-    pretrain(corpus, out, preset=settings.get("preset", args.preset), vocab_size=args.vocab_size, layout="prose",
+    pretrain(corpus, out, objective=settings.get("objective", "bert"), preset=settings.get("preset", args.preset),
+             vocab_size=args.vocab_size, layout="prose",
              max_seq_length=seq, batch_size=batch, cache_dir=os.path.join(args.out, "cache"),
              eval_fraction=0.05, options=options, positions=settings["positions"], dropout=settings["dropout"],
              tokenizer=args.tokenizer, masking=MaskingOptions(mask_prob=settings["mask_prob"]))
