@@ -225,10 +225,11 @@ def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
         assert (ours.logits(batch) - classifier(**inputs).logits).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("objective", ["electra", "span", "modernbert"])
+@pytest.mark.parametrize("objective", ["electra", "span", "modernbert", "gpt"])
 def test_resuming_continues_exactly(tmp_path, objective):
     """ELECTRA samples from its generator and saves two models; SpanBERT masks with numpy; ModernBERT
-    is another encoder: a run cut in two must still log the same numbers as one uninterrupted run."""
+    and GPT-1 are other models, GPT-1 with unmasked next-token batches: a run cut in two must still log
+    the same numbers as one uninterrupted run."""
     from bertforge.pretrain import pretrain
     from bertforge.training.trainer import TrainOptions
 

@@ -8,7 +8,7 @@ import torch
 from conftest import random_batch, tiny_config
 
 from bertforge import load_pretrained, save_pretrained
-from bertforge.models.bert import Bert, rotary_tables, rotate
+from bertforge.models.bert import rotary_tables, rotate
 from bertforge.objectives import BertPretraining
 from bertforge.tasks.classification import SequenceClassifier
 from bertforge.training.optim import make_optimizer

@@ -13,7 +13,7 @@ from .config import PRESETS
 
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
-OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert"]
+OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt"]
 from .errors import BertforgeError
 
 
@@ -48,21 +48,37 @@ def cmd_pretrain(args) -> None:
     if args.steps is None and args.max_minutes is None:
         raise BertforgeError("give a budget: --steps, --max-minutes, or both")
     # The recipe's defaults, then every flag given on top of them.
-    args.preset = args.preset or default_preset(args.max_minutes)
-    chosen = pretraining_recipe(args.recipe, args.objective, args.preset, OBJECTIVES[args.objective].model_type)
+    if args.init and args.preset:
+        raise BertforgeError("--init continues a checkpoint of its own size: drop --preset")
+    args.preset = None if args.init else args.preset or default_preset(args.max_minutes)
+    width = None
+    if args.init:
+        from .formats.hf import read_config
+
+        width = read_config(args.init).hidden_size
+    chosen = pretraining_recipe(args.recipe, args.objective, args.preset, OBJECTIVES[args.objective].model_type,
+                                continued_width=width)
     lr = chosen.lr if args.lr is None else args.lr
     warmup = chosen.warmup if args.warmup is None else args.warmup
     betas = chosen.betas if args.beta2 is None else (0.9, args.beta2)
     mask_prob = chosen.mask_prob if args.mask_prob is None else args.mask_prob
-    positions = args.positions or chosen.positions
+    positions = args.positions or (None if args.init else chosen.positions)  # --init: the checkpoint's
     dropout = chosen.dropout if args.dropout is None else args.dropout
+    schedule = args.schedule or chosen.schedule
+    given = [flag for flag, value in (("--mask-prob", args.mask_prob), ("--masking", args.masking),
+                                      ("--whole-word", args.whole_word or None), ("--replace-prob", args.replace_prob),
+                                      ("--random-prob", args.random_prob)) if value is not None]
+    if args.objective == "gpt" and given:
+        raise BertforgeError(f"GPT-1 predicts every next token and masks nothing: drop {', '.join(given)}")
     if not args.quiet:
-        print(f"{args.preset}, objective {args.objective}, recipe {chosen.name}: {positions} positions, peak lr "
-              f"{lr:g}, warm-up {warmup:g}, beta2 {betas[1]:g}, dropout {dropout:g} while pretraining, "
-              f"masking {mask_prob:.0%} (each has a flag; all saved in run_config.json)", flush=True)
+        masked = "left-to-right, nothing masked" if args.objective == "gpt" else f"masking {mask_prob:.0%}"
+        print(f"{args.init or args.preset}, objective {args.objective}, recipe {chosen.name}: "
+              f"{positions or 'its own'} positions, peak lr "
+              f"{lr:g}, warm-up {warmup:g}, {schedule} decay, beta2 {betas[1]:g}, dropout {dropout:g} while "
+              f"pretraining, {masked} (each has a flag; all saved in run_config.json)", flush=True)
     options = TrainOptions(
         lr=lr, betas=betas, out=args.out, steps=args.steps, max_minutes=args.max_minutes, warmup=warmup,
-        schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum, clip=args.clip,
+        schedule=schedule, weight_decay=args.weight_decay, accum=args.accum, clip=args.clip,
         precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
         eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
         progress=not args.quiet, compile=args.compile,
@@ -76,7 +92,7 @@ def cmd_pretrain(args) -> None:
         batch_size=args.batch_size,
         short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
-        recipe=args.recipe, positions=positions, dropout=dropout,
+        recipe=args.recipe, positions=positions, dropout=dropout, init=args.init,
     )
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
@@ -90,6 +106,15 @@ def cmd_fill_mask(args) -> None:
     fill = FillMask(args.model)
     for number, candidates in enumerate(fill(args.text, args.top_k), start=1):
         print(f"[MASK] {number}: " + "  ".join(f"{token} ({p:.3g})" for token, p in candidates))
+
+
+def cmd_generate(args) -> None:
+    from .generate import Generator
+
+    generator = Generator(args.model)
+    ids = generator(args.prompt, max_new_tokens=args.max_new_tokens, do_sample=args.do_sample,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    print(args.prompt + " " + generator.text(ids))
 
 
 def cmd_evaluate_lm(args) -> None:
@@ -209,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("model", help="an HF BERT checkpoint directory")
     info.set_defaults(func=cmd_info)
 
-    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA or ModernBERT on a corpus",
+    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA, ModernBERT or "
+                              "GPT-1 on a corpus",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     pre.add_argument("--corpus", nargs="+", required=True,
                      help="text files, folders or globs (.txt, .jsonl, optionally .gz)")
@@ -218,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="bert: MLM + next-sentence prediction; roberta: MLM on packed full sentences; "
                           "span: SpanBERT span masking + span-boundary objective; albert: factorised embeddings, "
                           "shared layers, n-gram masking + sentence order; electra: replaced-token detection; "
-                          "modernbert: MLM over a ModernBERT encoder (pre-LN, rotary, GeGLU, local/global attention)")
+                          "modernbert: MLM over a ModernBERT encoder (pre-LN, rotary, GeGLU, local/global attention); "
+                          "gpt: GPT-1, a left-to-right language model")
     pre.add_argument("--preset", choices=sorted(PRESETS),
                      help="model size (default: by the budget: bert-tiny for --max-minutes 10 or less, else bert-mini)")
     pre.add_argument("--recipe", default="small-budget", choices=["small-budget", "bert-2018"],
@@ -231,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--generator-fraction", type=float, default=0.25,
                      help="ELECTRA: the generator's width as a fraction of the discriminator's")
     pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")
+    pre.add_argument("--init", help="continue pretraining this HF checkpoint (ours, or e.g. a downloaded BERT or "
+                     "MiniLM): its tokenizer, size and weights, a fresh optimizer, heads it lacks started fresh, "
+                     "the learning rate that fine-tunes its width")
     pre.add_argument("--vocab-size", type=int, help="size of a vocabulary learned on the corpus (default: by its "
                      "size: 8,192 below 10 MB, 16,384 below 100 MB, else 30,522)")
     pre.add_argument("--cased", action="store_true", help="keep case when learning the vocabulary")
@@ -269,8 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="warm-up: a fraction of the steps (<1) or steps (default: the recipe's: 0.1; bert-2018 0.01)")
     opt.add_argument("--dropout", type=float, help="dropout while pretraining; the saved config keeps the "
                      "preset's 0.1 for fine-tuning (default: the recipe's: 0; bert-2018 0.1)")
-    opt.add_argument("--schedule", choices=["linear", "one-cycle", "constant"], default="linear",
-                     help="decay after warm-up")
+    opt.add_argument("--schedule", choices=["linear", "one-cycle", "constant"],
+                     help="decay after warm-up: linear, or a cosine (one-cycle) (default: the recipe's: one-cycle "
+                          "for gpt, else linear)")
     opt.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
     opt.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
     opt.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
@@ -383,6 +414,19 @@ def build_parser() -> argparse.ArgumentParser:
     fill.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] sat on the mat"')
     fill.add_argument("--top-k", type=int, default=5, help="candidates shown per [MASK]")
     fill.set_defaults(func=cmd_fill_mask)
+
+    gen = commands.add_parser("generate", help="continue a prompt with a left-to-right language model (GPT-1)",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    gen.add_argument("model", help="a GPT-1 checkpoint made by bertforge pretrain --objective gpt")
+    gen.add_argument("prompt", help="the text to continue")
+    gen.add_argument("--max-new-tokens", type=int, default=50, help="tokens to add at most (fewer at [SEP])")
+    gen.add_argument("--do-sample", action="store_true", help="sample the next token (default: the most likely)")
+    gen.add_argument("--temperature", type=float, default=1.0, help="sampling: divide the logits by this (> 0)")
+    gen.add_argument("--top-k", type=int, default=0, help="sampling: only the k most likely tokens (0: all)")
+    gen.add_argument("--top-p", type=float, default=1.0,
+                     help="sampling: only the most likely tokens whose probability adds up to p, in (0, 1]")
+    gen.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    gen.set_defaults(func=cmd_generate)
 
     lm = commands.add_parser("evaluate-lm", help="masked-token and next-sentence accuracy on held-out text, "
                              "beside what word counts alone score", formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -2,8 +2,9 @@
 
 `BertConfig` serves the five encoder families that share BERT's Transformer layer: BERT, ALBERT,
 RoBERTa, ELECTRA and RoFormer (BERT with rotary positions); they differ in the few fields below
-`model_type`. `ModernBertConfig` is ModernBERT's (Warner et al., 2024), whose keys are its own.
-`load_config` reads either, by the file's `model_type`.
+`model_type`. `ModernBertConfig` is ModernBERT's (Warner et al., 2024) and `GPTConfig` GPT-1's
+(Radford et al., 2018), whose keys are their own. `load_config` reads any of them, by the file's
+`model_type`.
 
 Torch-free on purpose, so that configs can be read, validated and printed without loading a model.
 """
@@ -384,28 +385,144 @@ class ModernBertConfig:
             f.write("\n")
 
 
+@dataclass
+class GPTConfig:
+    """GPT-1 (Radford et al., 2018), spelled as HF's `OpenAIGPTConfig` (`model_type` "openai-gpt"):
+    a left-to-right Transformer decoder with learned positions and BERT's post-LayerNorm block.
+
+    Defaults are GPT-1's: 12 layers of 768, 12 heads, 512 positions, its 40,478-piece vocabulary.
+    `summary_*` describe HF's multiple-choice head (`OpenAIGPTDoubleHeadsModel`). The properties at
+    the end give the BERT-named values that code shared by every family reads.
+    """
+
+    vocab_size: int = 40478
+    n_positions: int = 512
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    afn: str = "gelu"  # HF's "gelu" for GPT is the tanh approximation (OpenAI's code)
+    resid_pdrop: float = 0.1
+    embd_pdrop: float = 0.1
+    attn_pdrop: float = 0.1
+    layer_norm_epsilon: float = 1e-5
+    initializer_range: float = 0.02
+    summary_type: str = "cls_index"
+    summary_use_proj: bool = True
+    summary_activation: str | None = None
+    summary_proj_to_labels: bool = True
+    summary_first_dropout: float = 0.1
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    tie_word_embeddings: bool = True
+    model_type: str = "openai-gpt"
+    architectures: list[str] = field(default_factory=lambda: ["OpenAIGPTModel"])
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None
+    finetuning_task: str | None = None
+    bertforge_task: dict | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
+                   "a positive integer", value)
+        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"):
+            value = getattr(self, name)
+            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
+        for name in ("layer_norm_epsilon", "initializer_range"):
+            value = getattr(self, name)
+            _check(_is_number(value) and value > 0, name, "a positive number", value)
+        _check(self.afn in ("gelu", "relu", "silu", "swish"), "afn", "one of gelu, relu, silu, swish", self.afn)
+        _check(self.n_embd % self.n_head == 0, "n_head", f"a divisor of n_embd={self.n_embd}", self.n_head)
+        _check(self.model_type == "openai-gpt", "model_type", "'openai-gpt'", self.model_type)
+        _check(self.tie_word_embeddings is True, "tie_word_embeddings", "true (the LM head is the embeddings)",
+               self.tie_word_embeddings)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            _check(value is None or isinstance(value, int) and 0 <= value < self.vocab_size, name,
+                   f"an id below vocab_size={self.vocab_size}", value)
+        _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
+               "architectures", "a list of class names", self.architectures)
+        if self.id2label is not None:
+            _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),
+                   "id2label", "a mapping from label ids to names", self.id2label)
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            _check(sorted(self.id2label) == list(range(len(self.id2label))), "id2label",
+                   "ids 0..n-1", sorted(self.id2label))
+            self.label2id = {v: k for k, v in self.id2label.items()}
+
+    # BERT's names for the same values, read by code shared by every family.
+    hidden_size = property(lambda self: self.n_embd)
+    num_hidden_layers = property(lambda self: self.n_layer)
+    num_attention_heads = property(lambda self: self.n_head)
+    max_position_embeddings = property(lambda self: self.n_positions)
+    max_length = property(lambda self: self.n_positions)
+    intermediate_size = property(lambda self: 4 * self.n_embd)  # fixed in GPT-1
+    head_size = property(lambda self: self.n_embd // self.n_head)
+    word_size = property(lambda self: self.n_embd)
+    layer_norm_eps = property(lambda self: self.layer_norm_epsilon)
+    hidden_dropout_prob = property(lambda self: self.resid_pdrop)
+    # OpenAI's "gelu" is the tanh approximation, which our activations call gelu_new
+    hidden_act = property(lambda self: "gelu_new" if self.afn == "gelu" else self.afn)
+    num_labels = property(lambda self: len(self.id2label) if self.id2label else 2)
+    classifier_dropout = property(lambda self: self.summary_first_dropout)
+    embedding_size = None
+    type_vocab_size = 1
+    num_hidden_groups = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+
+
+def gpt_preset(name: str, **overrides) -> GPTConfig:
+    """A GPT-1 of a BERT preset's depth, width and heads (`gpt-1`: GPT-1's own 12 x 768)."""
+    sizes = {**PRESETS, "gpt-1": PRESETS["bert-base"]}
+    if name not in sizes:
+        raise BertforgeError(f"unknown preset {name!r}; choose one of {', '.join(sizes)}")
+    size = sizes[name]
+    values = {"n_layer": size["num_hidden_layers"], "n_embd": size["hidden_size"], "n_head": size["num_attention_heads"]}
+    values.update(overrides)
+    return GPTConfig(**values)
+
+
 # The keys ModernBERT's HF config writes that say nothing about the model we build (flash-attention
 # and compilation switches, sparse-prediction settings of HF's own loss).
 _MODERNBERT_BOOKKEEPING = {"deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index",
                            "reference_compile", "repad_logits_with_grad", "norm_bias_enabled"}
 
 
-def config_from_dict(data: dict, source: str = "config") -> BertConfig | ModernBertConfig:
+def config_from_dict(data: dict, source: str = "config") -> BertConfig | ModernBertConfig | GPTConfig:
     """The config a `config.json`'s contents describe: `ModernBertConfig` for model_type
-    "modernbert", else `BertConfig`. Unknown keys are errors naming `source`."""
-    if not isinstance(data, dict) or data.get("model_type") != "modernbert":
+    "modernbert", `GPTConfig` for "openai-gpt", else `BertConfig`. Unknown keys are errors naming
+    `source`."""
+    cls = {"modernbert": ModernBertConfig, "openai-gpt": GPTConfig}.get(data.get("model_type")) \
+        if isinstance(data, dict) else None
+    if cls is None:
         return BertConfig.from_dict(data, source)
-    names = {f.name for f in dataclasses.fields(ModernBertConfig)}
-    unknown = sorted(set(data) - names - _HF_BOOKKEEPING - _MODERNBERT_BOOKKEEPING - {"classifier_dropout_prob"})
+    names = {f.name for f in dataclasses.fields(cls)}
+    # Older OpenAI GPT configs also hold `n_ctx` (the same as n_positions) and `n_special`,
+    # `predict_special_tokens`, which nothing reads.
+    ignored = _HF_BOOKKEEPING | _MODERNBERT_BOOKKEEPING | {"classifier_dropout_prob", "predict_special_tokens",
+                                                          "n_ctx", "n_special"}
+    unknown = sorted(set(data) - names - ignored)
+    if cls is GPTConfig and data.get("n_ctx", data.get("n_positions")) != data.get("n_positions"):
+        raise BertforgeError(f"{source}: n_ctx {data['n_ctx']} differs from n_positions {data.get('n_positions')}")
     try:
         if unknown:
             raise BertforgeError(f"unknown key(s) {', '.join(unknown)}")
-        return ModernBertConfig(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: v for k, v in data.items() if k in names})
     except BertforgeError as e:
         raise BertforgeError(f"{source}: {e}") from None
 
 
-def load_config(path: str) -> BertConfig | ModernBertConfig:
+def load_config(path: str) -> BertConfig | ModernBertConfig | GPTConfig:
     """Read a `config.json` (a file, or a directory holding one) of any family we build."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")

@@ -76,6 +76,8 @@ def embed(directory: str, texts: list[str], layers: str | int = "last", pooling:
     with torch.inference_mode(), autocast:
         for rows in in_length_order(encodings, batch_size):
             batch = tokenizer.pad([encodings[i] for i in rows])
+            if model.config.type_vocab_size == 1:  # GPT-1 would embed the zeros as token 0
+                batch["token_type_ids"] = None
             states = model(**batch, output_hidden_states=True).hidden_states
             vectors = combine(states, layers).float()  # (B, T, D)
             mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)

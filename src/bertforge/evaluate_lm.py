@@ -16,6 +16,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from .config import GPTConfig
 from .data.batches import MaskingOptions, PretrainingData
 from .data.shards import build_shards
 from .errors import BertforgeError
@@ -41,6 +42,9 @@ def evaluate_lm(model_dir: str, files, max_seq_length: int = 128, batch_size: in
     if os.path.isdir(os.path.join(model_dir, "generator")):
         model_dir = os.path.join(model_dir, "generator")
     config = read_config(model_dir)
+    if isinstance(config, GPTConfig):
+        raise BertforgeError(f"{model_dir}: a left-to-right language model (GPT-1); evaluate-lm scores masked-LM "
+                             "checkpoints (its held-out next-token loss is in the pretraining run's metrics.jsonl)")
     names = set(read_weights(model_dir, config.model_type)[0])
     if dict(head_keys(config.model_type)["mlm"])["bias"] not in names:  # the family's MLM head
         raise BertforgeError(f"{model_dir}: no masked-LM head in this checkpoint ({config.architectures[0]}); "

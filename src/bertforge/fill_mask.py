@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from .config import GPTConfig
 from .errors import BertforgeError
-from .formats.hf import load_pretrained
+from .formats.hf import load_pretrained, read_config
 from .objectives import BertPretraining
 from .tokenizer import MASK, Tokenizer
 
@@ -14,6 +15,9 @@ class FillMask:
     """A loaded model and tokenizer, ready to answer many queries."""
 
     def __init__(self, directory: str):
+        if isinstance(read_config(directory), GPTConfig):
+            raise BertforgeError(f"{directory}: a left-to-right language model (GPT-1) has no masked-LM head; "
+                                 "fill-mask needs a BERT-family model (continue text with `bertforge generate`)")
         self.tokenizer = Tokenizer.from_pretrained(directory)
         try:
             self.model = load_pretrained(directory, cls=BertPretraining, sentence=None).eval()

@@ -9,6 +9,7 @@ import sys
 
 import torch
 
+from .config import GPTConfig
 from .errors import BertforgeError
 from .formats.hf import load_into, load_pretrained, read_config
 from .recipe import finetuning_lr
@@ -27,6 +28,9 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     task's first metric in `out/model`. Returns the trainer's summary with the best dev scores.
     Without `options`, the peak learning rate follows the encoder's width (`recipe.finetuning_lr`).
     """
+    if isinstance(read_config(model), GPTConfig):
+        raise BertforgeError(f"{model}: fine-tuning GPT-1 (its input transforms and extract-token heads) is not "
+                             "built yet; fine-tune a BERT-family model")
     options = options or TrainOptions(out=out, lr=finetuning_lr(read_config(model).hidden_size), warmup=0.1)
     options.out = out
     rank, world, _ = distributed_setup()

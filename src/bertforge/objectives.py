@@ -8,7 +8,8 @@ split, and weighs the terms by the objective's `loss_weights` (1 when absent); o
 looks at the names. Vocabulary-sized losses are computed in fp32 (see `losses`).
 
 Terms: `mlm` (masked LM), `nsp` (next-sentence prediction), `sop` (ALBERT's sentence order),
-`sbo` (SpanBERT's span boundary), `rtd` (ELECTRA's replaced-token detection).
+`sbo` (SpanBERT's span boundary), `rtd` (ELECTRA's replaced-token detection), `lm` (GPT-1's
+left-to-right language model).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import BertConfig, ModernBertConfig
+from .config import BertConfig, GPTConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
 from .losses import vocab_cross_entropy
 from .models import encoder
@@ -89,6 +90,28 @@ class BertPretraining(nn.Module):
             losses["sbo"] = vocab_cross_entropy(sbo_logits, targets)
             correct["sbo"] = (sbo_logits.argmax(-1) == targets).sum()
         return losses, correct
+
+
+class CausalLMPretraining(nn.Module):
+    """GPT-1's objective: predict every next token from those before it, through the LM head tied
+    to the token embeddings (no bias, as OpenAI's). Saved as HF `OpenAIGPTLMHeadModel`."""
+
+    architecture = "OpenAIGPTLMHeadModel"
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.bert = encoder(config)  # the decoder, where the encoder is in the other objectives
+
+    def lm_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Vocabulary logits (M, V) at flat `positions` of `hidden` (B, T, H)."""
+        selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)  # (M, H)
+        return F.linear(selected, self.bert.embeddings.word.weight)  # (M, V)
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        out = self.bert(batch["input_ids"], None, batch["attention_mask"])
+        logits = self.lm_logits(out.last_hidden_state, batch["lm_positions"])  # (M, V)
+        targets = batch["lm_targets"]
+        return {"lm": vocab_cross_entropy(logits, targets)}, {"lm": (logits.argmax(-1) == targets).sum()}
 
 
 def replaced_tokens(input_ids: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,

@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .config import modernbert_preset
+from .config import gpt_preset, modernbert_preset
 from .config import preset as size_preset
 from .data.batches import MaskingOptions, PretrainingData
 from .data.corpus import FileReport, find_files, read_units, split_sentences
 from .data.shards import build_shards
 from .errors import BertforgeError
+from .formats.hf import head_keys, load_into, parts, read_config, read_weights
 from .models.bert import Dropout
-from .objectives import BertPretraining, ElectraPretraining
+from .objectives import BertPretraining, CausalLMPretraining, ElectraPretraining
 from .recipe import default_preset, pretraining_recipe, vocabulary_size
 from .tokenizer import Tokenizer
 from .training.atomic import atomic_directory
@@ -56,14 +57,19 @@ OBJECTIVES = {
     # ModernBERT: masked LM alone (30% in its recipe) on packed full sentences, over its own encoder
     # (pre-LayerNorm, rotary, GeGLU, no biases, local/global attention).
     "modernbert": Objective("modernbert", ("mlm",)),
+    # GPT-1: a left-to-right LM over the same packed rows, every next token predicted, nothing masked.
+    "gpt": Objective("openai-gpt", ("lm",)),
 }
 
 
-def build_objective(name: str, config, generator_fraction: float = 0.25):
-    """The objective module for `name` over an encoder of `config` (whose model_type is the objective's)."""
-    terms = OBJECTIVES[name].terms
+def build_objective(name: str, config, generator_fraction: float = 0.25, terms: tuple[str, ...] | None = None):
+    """The objective module for `name` over an encoder of `config` (whose model_type is the objective's),
+    with the objective's loss terms or the given subset of them."""
+    terms = terms or OBJECTIVES[name].terms
     if name == "electra":
         return ElectraPretraining(config, generator_fraction)
+    if name == "gpt":
+        return CausalLMPretraining(config)
     sentence = next((t for t in terms if t in ("nsp", "sop")), None)
     return BertPretraining(config, sentence=sentence, span_boundary="sbo" in terms)
 
@@ -86,14 +92,21 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
              text_field: str = "text", cache_dir: str | None = None, eval_fraction: float = 0.02,
              resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
              objective: str = "bert", generator_fraction: float = 0.25, byte_bpe: bool = False,
-             recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None) -> dict:
+             recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None,
+             init: str | None = None) -> dict:
     """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
-    electra, modernbert) on `corpus` (files, folders, globs) and write it under `out`.
+    electra, modernbert; or GPT-1's decoder with gpt) on `corpus` (files, folders, globs) and write it under `out`.
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory
     `tokenizer`, or a new vocabulary of `vocab_size` (default: by the corpus's size, see
     `recipe.vocabulary_size`) learned on the corpus (WordPiece, or with
     `byte_bpe` RoBERTa's byte-level BPE).
+
+    `init` continues pretraining an existing HF checkpoint of the objective's family (domain
+    adaptation): its tokenizer, config and weights, a fresh optimizer, and the heads it lacks
+    started fresh; a sentence-pair term (NSP, SOP) is dropped when it has no head for it. `preset`
+    and `positions` are then the checkpoint's, and the learning rate defaults to the fine-tuning
+    rate of its width (`recipe.finetuning_lr`).
 
     `preset` defaults to a size that suits the budget (`recipe.default_preset`). `recipe` (see
     `recipe.RECIPES`) gives every other default not passed: `positions` ("rotary" trains a
@@ -105,13 +118,21 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     """
     if objective not in OBJECTIVES:
         raise BertforgeError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
-    preset = preset or default_preset(options.max_minutes if options else None)
-    chosen = pretraining_recipe(recipe, objective, preset, OBJECTIVES[objective].model_type)
+    terms = OBJECTIVES[objective].terms
+    if init:
+        start, terms = continued(init, objective, tokenizer, positions)
+        positions, preset = start["positions"], None  # the checkpoint's
+    else:
+        preset = preset or default_preset(options.max_minutes if options else None)
+    chosen = pretraining_recipe(recipe, objective, preset, OBJECTIVES[objective].model_type,
+                                continued_width=start["config"].hidden_size if init else None)
     recipe = OBJECTIVES[objective]
     positions = positions or chosen.positions
     dropout = chosen.dropout if dropout is None else dropout
     if positions not in ("absolute", "rotary"):
         raise BertforgeError(f"unknown positions {positions!r}; choose absolute or rotary")
+    if positions == "rotary" and recipe.model_type == "openai-gpt":
+        raise BertforgeError("GPT-1's positions are learned (absolute): drop --positions rotary")
     if positions == "rotary" and recipe.model_type not in ("bert", "modernbert"):
         raise BertforgeError(f"rotary positions need --objective bert, span or modernbert (transformers has no "
                              f"rotary {recipe.model_type}); use --positions absolute")
@@ -119,7 +140,8 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
         raise BertforgeError("ModernBERT's positions are rotary: drop --positions absolute")
     if dropout is not None and not 0 <= dropout < 1:
         raise BertforgeError(f"dropout must be in [0, 1), got {dropout}")
-    options = options or TrainOptions(out=out, lr=chosen.lr, warmup=chosen.warmup, betas=chosen.betas)
+    options = options or TrainOptions(out=out, lr=chosen.lr, warmup=chosen.warmup, betas=chosen.betas,
+                                      schedule=chosen.schedule)
     options.out = out
     masking = masking or masking_options(objective, mask_prob=chosen.mask_prob)
     batch_size = batch_size or recipe.batch_size
@@ -133,6 +155,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
         "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
         "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
         "recipe": chosen.name, "positions": positions, "pretraining_dropout": dropout,
+        "init": os.path.abspath(init) if init else None, "terms": list(terms),
     }
     tokenizer_dir = os.path.join(out, "tokenizer")
     if resume:
@@ -140,8 +163,8 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     else:
         if latest_checkpoint(out):
             raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
-        if tokenizer:
-            tok = Tokenizer.from_pretrained(tokenizer)
+        if tokenizer or init:
+            tok = Tokenizer.from_pretrained(tokenizer or init)
         elif rank == 0:
             if vocab_size is None:
                 size = sum(os.path.getsize(f) * (4 if f.endswith(".gz") else 1) for f in files)
@@ -162,11 +185,16 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     if rank != 0:
         shards = build_shards(files, tok, cache_dir, layout, text_field, progress=False)
 
-    if recipe.model_type == "modernbert":
+    if init:
+        config = start["config"]
+    elif recipe.model_type == "modernbert":
         ids = {f"{name}_token_id": tok_id for name, tok_id in (("cls", tok.cls_id), ("sep", tok.sep_id),
                                                                ("bos", tok.cls_id), ("eos", tok.sep_id))}
         config = modernbert_preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, **ids,
                                    **(model_overrides or {}))
+    elif recipe.model_type == "openai-gpt":  # rows start with [CLS] and documents end with [SEP]
+        config = gpt_preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, bos_token_id=tok.cls_id,
+                            eos_token_id=tok.sep_id, **(model_overrides or {}))
     else:
         model_type = "roformer" if positions == "rotary" else recipe.model_type
         overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": model_type,
@@ -177,9 +205,12 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     if max_seq_length > config.max_length:
         raise BertforgeError(f"max_seq_length {max_seq_length} exceeds the model's {config.max_length} positions")
     data = PretrainingData(shards, tok, batch_size, max_seq_length, short_seq_prob, masking, options.seed,
-                           eval_fraction, rank, world, options.accum, terms=recipe.terms)
+                           eval_fraction, rank, world, options.accum, terms=terms)
     torch.manual_seed(options.seed)  # the initial weights are part of what the seed fixes
-    model = build_objective(objective, config, generator_fraction)
+    model = build_objective(objective, config, generator_fraction, terms)
+    if init and not resume:
+        for sub, part in parts(model).items():  # ELECTRA: the discriminator, and its generator/
+            load_into(part, os.path.join(init, sub) if sub else init, new_heads=True)
     set_dropout(model, dropout)
     facts = {"model": config.to_dict(), "shards": shards.directory,
              "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents)}
@@ -198,7 +229,33 @@ def set_dropout(model: torch.nn.Module, p: float) -> None:
 
 # What must not change between a run and its resumption: the data stream and the model depend on all of it.
 RESUME_KEYS = ("objective", "generator_fraction", "corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking",
-               "layout", "text_field", "eval_fraction", "seed", "positions", "pretraining_dropout")
+               "layout", "text_field", "eval_fraction", "seed", "positions", "pretraining_dropout", "init", "terms")
+
+# The objective that continues a checkpoint of each family (RoFormer: BERT's, with rotary positions).
+FAMILY_OBJECTIVE = {"bert": "bert", "roformer": "bert", "roberta": "roberta", "albert": "albert",
+                    "electra": "electra", "modernbert": "modernbert", "openai-gpt": "gpt"}
+
+
+def continued(init: str, objective: str, tokenizer: str | None, positions: str | None) -> tuple[dict, tuple]:
+    """What continuing the checkpoint `init` with `objective` starts from: its config and positions,
+    and the objective's terms less a sentence-pair term the checkpoint has no head for (printed)."""
+    if tokenizer:
+        raise BertforgeError("--init brings the checkpoint's own tokenizer: drop --tokenizer")
+    config = read_config(init)
+    family = FAMILY_OBJECTIVE.get(config.model_type)
+    if family != objective and not (family == "bert" and objective == "span"):
+        raise BertforgeError(f"{init}: a {config.model_type} checkpoint; continue it with --objective {family}")
+    own = "rotary" if config.model_type in ("roformer", "modernbert") else "absolute"
+    if positions not in (None, own):
+        raise BertforgeError(f"{init}: its positions are {own}; drop --positions {positions}")
+    terms = OBJECTIVES[objective].terms
+    names = set(read_weights(init, config.model_type)[0])
+    heads = head_keys(config.model_type)
+    for term in ("nsp", "sop"):
+        if term in terms and not {theirs for _, theirs in heads.get("nsp", [])} & names:
+            print(f"{init} has no {term.upper()} head: continuing with masked LM alone", flush=True)
+            terms = tuple(t for t in terms if t != term)
+    return {"config": config, "positions": own}, terms
 
 
 def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Tokenizer:

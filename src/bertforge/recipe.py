@@ -12,7 +12,7 @@ the start of a run and saved in its run_config.json.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from .errors import BertforgeError
 
@@ -34,6 +34,7 @@ class PretrainingRecipe:
     betas: tuple[float, float]
     dropout: float  # while pretraining only; the saved config keeps the preset's for fine-tuning
     mask_prob: float
+    schedule: str = "linear"  # after warm-up: linear decay (BERT) or a cosine ("one-cycle", GPT-1)
 
     def describe(self) -> str:
         return (f"recipe {self.name}: {self.positions} positions, peak lr {self.lr:g}, warm-up {self.warmup:.0%}, "
@@ -43,26 +44,34 @@ class PretrainingRecipe:
         return asdict(self)
 
 
-def pretraining_recipe(name: str, objective: str, preset: str, model_type: str) -> PretrainingRecipe:
-    """The defaults of `name` for `objective` (whose encoder family is `model_type`) at size `preset`.
+def pretraining_recipe(name: str, objective: str, preset: str | None, model_type: str,
+                       continued_width: int | None = None) -> PretrainingRecipe:
+    """The defaults of `name` for `objective` (whose encoder family is `model_type`) at size `preset`,
+    or, continuing a pretrained model `continued_width` wide, at the rate that fine-tunes it.
 
     Rotary positions need a family with a rotary HF class: BERT's objectives (bert, span) become
     RoFormer; RoBERTa, ALBERT and ELECTRA keep absolute positions, and with them half the rotary
     rate (the family benchmark found RoBERTa collapsing at 1e-3 on bert-mini, fine at 5e-4).
-    ModernBERT is rotary by design and masks 30%, as its paper does.
+    ModernBERT is rotary by design and masks 30%, as its paper does. GPT-1 (objective gpt) keeps
+    its learned positions, masks nothing and decays the rate along a cosine, as its paper did.
     """
     if name not in RECIPES:
         raise BertforgeError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
+    if continued_width:
+        return replace(pretraining_recipe(name, objective, preset, model_type), lr=finetuning_lr(continued_width))
     if name == "bert-2018":
         # Devlin et al. (2019); RoBERTa's objective keeps its paper's beta2 and doubled rate.
         roberta = objective == "roberta"
+        if model_type == "openai-gpt":  # Radford et al. (2018): 2.5e-4, 2,000 warm-up steps, cosine
+            return PretrainingRecipe(name, "absolute", 2.5e-4, 0.01, (0.9, 0.999), 0.1, 0.0, "one-cycle")
         return PretrainingRecipe(name, "rotary" if model_type == "modernbert" else "absolute",
                                  2e-4 if roberta else 1e-4, 0.01,
                                  (0.9, 0.98) if roberta else (0.9, 0.999), 0.1, 0.15)
     rotary = model_type in ("bert", "modernbert")
     lr = ROTARY_LR.get(preset, 1e-3)
+    mask_prob = {"modernbert": 0.3, "openai-gpt": 0.0}.get(model_type, 0.15)
     return PretrainingRecipe(name, "rotary" if rotary else "absolute", lr if rotary else lr / 2, 0.1,
-                             (0.9, 0.98), 0.0, 0.3 if model_type == "modernbert" else 0.15)
+                             (0.9, 0.98), 0.0, mask_prob, "one-cycle" if model_type == "openai-gpt" else "linear")
 
 
 def finetuning_lr(hidden_size: int) -> float:

@@ -57,8 +57,9 @@ class Position:
 EVAL_MASK_PROB = 0.15
 
 # The loss terms the data can feed. nsp and sop need sentence pairs with a label (random next;
-# swapped); without either, rows are full sentences packed across documents.
-TERMS = ("mlm", "nsp", "sop", "sbo", "rtd")
+# swapped); without either, rows are full sentences packed across documents. lm (GPT-1) predicts
+# each next token of such rows, unmasked.
+TERMS = ("mlm", "nsp", "sop", "sbo", "rtd", "lm")
 
 
 class PretrainingData:
@@ -82,9 +83,10 @@ class PretrainingData:
             raise BertforgeError(f"the batch size {batch_size} must be divisible by the number of processes "
                                  f"({world}) times the accumulation steps ({accum})")
         unknown = set(terms) - set(TERMS)
-        if unknown or "mlm" not in terms or {"nsp", "sop"} <= set(terms):
-            raise BertforgeError(f"cannot build data for the terms {terms}: mlm, at most one of nsp/sop, "
-                                 "and any of sbo, rtd")
+        if unknown or ("mlm" in terms) == ("lm" in terms) or {"nsp", "sop"} <= set(terms) \
+                or "lm" in terms and len(terms) > 1:
+            raise BertforgeError(f"cannot build data for the terms {terms}: lm alone, or mlm with at most one "
+                                 "of nsp/sop and any of sbo, rtd")
         self.accum, self.terms = accum, tuple(terms)
         self.sentence_term = next((t for t in terms if t in ("nsp", "sop")), None)
         self.shards, self.batch_size, self.max_seq_length = shards, batch_size, max_seq_length
@@ -190,6 +192,11 @@ class PretrainingData:
         T = ids.shape[1]
         input_ids = torch.from_numpy(ids)
         attention_mask = (torch.arange(T)[None, :] < torch.from_numpy(lengths)[:, None]).long()
+        mine = torch.arange(self.rank, len(instances), self.world)
+        if "lm" in self.terms:  # nothing to mask: every next token is a target
+            return [next_token_batch(input_ids[rows, :int(lengths[rows.numpy()].max())],
+                                     attention_mask[rows, :int(lengths[rows.numpy()].max())])
+                    for rows in mine.chunk(self.accum)]
         maskable = (attention_mask == 1) & (input_ids != self.cls_id) & (input_ids != self.sep_id)
         m = masking or self.masking
         word_starts = ~self.continuation[input_ids]
@@ -210,7 +217,6 @@ class PretrainingData:
         types = torch.from_numpy(types)
         # Pairs carry their NSP / SOP label in the last column; packed rows have none.
         sentence = torch.from_numpy(instances[:, IS_RANDOM].copy()) if self.sentence_term else None
-        mine = torch.arange(self.rank, len(instances), self.world)
         micro = []
         for rows in mine.chunk(self.accum):
             width = int(lengths[rows.numpy()].max())  # no wider than the longest row of this micro-batch
@@ -253,6 +259,18 @@ def make_batch(input_ids, token_type_ids, attention_mask, mlm_labels, terms=("ml
         elif term == "rtd":
             batch["counts"]["rtd"] = tokens
     return batch
+
+
+def next_token_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+    """A left-to-right LM batch: every real position whose next token is real predicts it. The
+    positions are flat indices into (B, T), as the masked LM's are."""
+    B, T = input_ids.shape
+    has_next = torch.zeros_like(attention_mask, dtype=torch.bool)
+    has_next[:, :-1] = attention_mask[:, 1:].bool()
+    positions = torch.nonzero(has_next.reshape(-1)).squeeze(1)
+    return {"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids), "attention_mask": attention_mask,
+            "lm_positions": positions, "lm_targets": input_ids.reshape(-1)[positions + 1],
+            "counts": {"lm": len(positions)}, "tokens": int(attention_mask.sum())}
 
 
 def split_documents(n: int, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

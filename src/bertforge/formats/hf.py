@@ -1,5 +1,5 @@
 """Hugging Face format: the key maps between our parameter names and HF's for BERT, ALBERT, RoBERTa,
-ELECTRA, RoFormer and ModernBERT, and checkpoint I/O.
+ELECTRA, RoFormer, ModernBERT and GPT-1, and checkpoint I/O.
 
 A checkpoint directory holds `config.json`, `model.safetensors` and the tokenizer files, exactly as
 `transformers` writes them, so that models move both ways. Weights are read with safetensors (or,
@@ -15,7 +15,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..config import BertConfig, ModernBertConfig, load_config
+from ..config import BertConfig, GPTConfig, ModernBertConfig, load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.bert import rotary_tables
@@ -25,9 +25,9 @@ from ..training.atomic import atomic_directory
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
 # prefix (`bert.`, `albert.`, ...) and their heads beside it.
 FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra", "roformer": "RoFormer",
-                "modernbert": "ModernBert"}
-# The attribute holding the encoder in HF's task classes: the model_type, except in ModernBERT's.
-ENCODER_PREFIX = {"modernbert": "model"}
+                "modernbert": "ModernBert", "openai-gpt": "OpenAIGPT"}
+# The attribute holding the encoder in HF's task classes: the model_type, except in these.
+ENCODER_PREFIX = {"modernbert": "model", "openai-gpt": "transformer"}
 
 EMBEDDING_KEYS = [
     ("embeddings.word.weight", "embeddings.word_embeddings.weight"),
@@ -93,9 +93,11 @@ ROTARY_TABLE = "encoder.embed_positions.weight"
 # Classes HF lacks, saved as the nearest it has (the missing heads go in our heads file).
 NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM"}
 
-# ModernBERT: our names -> HF's, by prefix (its fused Wqkv is ours as it is). Which biases exist
-# depends on the config, so the pairs are made from the encoder's own parameter names.
-MODERNBERT_RENAMES = [
+# ModernBERT and GPT-1: our names -> HF's, by prefix (their fused QKV projections are ours as they
+# are). Which biases exist depends on the config, so the pairs are made from the model's own
+# parameter names.
+RENAMES = {}
+RENAMES["modernbert"] = [
     ("embeddings.word.", "embeddings.tok_embeddings."),
     ("embeddings.norm.", "embeddings.norm."),
     ("layers.{}.attention_norm.", "layers.{}.attn_norm."),
@@ -107,6 +109,19 @@ MODERNBERT_RENAMES = [
     ("final_norm.", "final_norm."),
     ("pooler.", "head."),  # the task classes' dense -> act -> LayerNorm over [CLS] (see models.modernbert)
 ]
+RENAMES["openai-gpt"] = [
+    ("embeddings.word.", "tokens_embed."),
+    ("embeddings.position.", "positions_embed."),
+    ("layers.{}.attention.qkv.", "h.{}.attn.c_attn."),
+    ("layers.{}.attention.out.", "h.{}.attn.c_proj."),
+    ("layers.{}.attention_norm.", "h.{}.ln_1."),
+    ("layers.{}.ffn_in.", "h.{}.mlp.c_fc."),
+    ("layers.{}.ffn_out.", "h.{}.mlp.c_proj."),
+    ("layers.{}.ffn_norm.", "h.{}.ln_2."),
+]
+# Exception: GPT-1's linear layers are OpenAI's `Conv1D`, whose weight is stored (in, out), the
+# transpose of `nn.Linear`'s.
+CONV1D_WEIGHTS = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 
 
 def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
@@ -115,6 +130,8 @@ def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
 
 def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[str, str]]]:
     """(ours, HF) names of every head a model of this family and HF class may have."""
+    if model_type == "openai-gpt":
+        return {}  # the LM head is the token embeddings
     if model_type == "modernbert":
         # One `head` (dense -> act -> LayerNorm, biases as configured) before the decoder or the
         # classifier; on every token in the token-level classes (our `transform`), and QA's start
@@ -158,7 +175,7 @@ def pooler_key(model_type: str, architecture: str = "") -> str | None:
 KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "predictions.", "sop_classifier.", "lm_head.",
                        "generator_predictions.", "generator_lm_head.", "discriminator_predictions.",
                        "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.", "bertforge_pooler.",
-                       "bertforge_nsp.", "head.", "decoder.")
+                       "bertforge_nsp.", "head.", "decoder.", "multiple_choice_head.", "score.")
 
 # Heads of ours that no HF class has (SpanBERT's boundary head, the scalar mix) live in a file of
 # their own beside model.safetensors.
@@ -169,10 +186,12 @@ LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
 # Exception 3: buffers or tied copies HF may store that carry no weights of their own.
 DERIVED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.predictions.decoder.bias",
                 "predictions.decoder.bias", "lm_head.decoder.bias", ROTARY_TABLE)
+# ... and per layer: GPT-1's causal-mask buffers, which older `transformers` versions saved.
+DERIVED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 # Decoders tied to the word embeddings: must equal them when present.
 TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
-                 "generator_lm_head.weight", "decoder.weight")
-WORD_EMBEDDINGS = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight")
+                 "generator_lm_head.weight", "decoder.weight", "lm_head.weight")
+WORD_EMBEDDINGS = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight", "tokens_embed.weight")
 
 
 def hf_class(model_type: str, architecture: str) -> str:
@@ -182,11 +201,11 @@ def hf_class(model_type: str, architecture: str) -> str:
     return NEAREST_CLASS.get(name, name)
 
 
-def encoder_key_map(config: BertConfig | ModernBertConfig, architecture: str = "",
+def encoder_key_map(config: BertConfig | ModernBertConfig | GPTConfig, architecture: str = "",
                     pooler: bool = True) -> list[tuple[str, str]]:
     """Every (ours, HF) name pair of the encoder `config` describes, QKV excepted."""
-    if isinstance(config, ModernBertConfig):
-        return modernbert_key_map(config, architecture, pooler)
+    if config.model_type in RENAMES:
+        return renamed_key_map(config, architecture, pooler)
     family = "albert" if config.model_type == "albert" else "bert"
     pairs = [p for p in EMBEDDING_KEYS if config.model_type != "roformer" or "position" not in p[0]]
     if config.model_type == "albert" or config.word_size != config.hidden_size:  # as `Bert.project`
@@ -197,16 +216,17 @@ def encoder_key_map(config: BertConfig | ModernBertConfig, architecture: str = "
     return pairs + (_linear("pooler.dense", theirs) if theirs else [])
 
 
-def modernbert_key_map(config: ModernBertConfig, architecture: str = "", pooler: bool = True) -> list:
-    """(ours, HF) name pairs of a ModernBERT encoder: its own parameter names renamed by prefix. Our
-    pooler is HF's `head` in the sentence-level task classes (in the others `head` is a head of ours)."""
+def renamed_key_map(config: ModernBertConfig | GPTConfig, architecture: str = "", pooler: bool = True) -> list:
+    """(ours, HF) name pairs of a ModernBERT encoder or GPT-1 decoder: its own parameter names
+    renamed by prefix (`RENAMES`). ModernBERT's pooler is HF's `head` in the sentence-level task
+    classes (in the others `head` is a head of ours)."""
     pooler = pooler and architecture.endswith(("ForSequenceClassification", "ForMultipleChoice"))
     pairs = []
     with torch.device("meta"):  # names only: no memory, no initialisation
         names = encoder(config, pooler=pooler).state_dict()
     for name in names:
         layer = name.split(".")[1] if name.startswith("layers.") else None
-        for ours, theirs in MODERNBERT_RENAMES:
+        for ours, theirs in RENAMES[config.model_type]:
             ours = ours.format(layer)
             if name.startswith(ours):
                 pairs.append((name, theirs.format(layer) + name.removeprefix(ours)))
@@ -214,9 +234,9 @@ def modernbert_key_map(config: ModernBertConfig, architecture: str = "", pooler:
     return pairs
 
 
-def _qkv_names(config: BertConfig | ModernBertConfig):
+def _qkv_names(config: BertConfig | ModernBertConfig | GPTConfig):
     """(our fused name, HF's three names) for each layer's weight and bias."""
-    if isinstance(config, ModernBertConfig):
+    if config.model_type in RENAMES:
         return  # fused in HF too
     template = QKV_HF["albert" if config.model_type == "albert" else "bert"]
     for i in range(config.num_hidden_groups or config.num_hidden_layers):
@@ -227,7 +247,7 @@ def _qkv_names(config: BertConfig | ModernBertConfig):
 def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
     """Our encoder's state dict -> HF names (pooler-less classes drop the pooler)."""
     pooler = "pooler.dense.weight" in state
-    out = {theirs: state[ours] for ours, theirs in encoder_key_map(config, architecture, pooler)}
+    out = {theirs: _conv1d(theirs, state[ours]) for ours, theirs in encoder_key_map(config, architecture, pooler)}
     for ours, names in _qkv_names(config):
         out.update(zip(names, state[ours].chunk(3, dim=0)))
     return out
@@ -243,13 +263,18 @@ def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, archit
     state, used = {}, set()
     for ours, theirs in encoder_key_map(config, architecture, pooler):
         if theirs in tensors:
-            state[ours] = tensors[theirs]
+            state[ours] = _conv1d(theirs, tensors[theirs])
             used.add(theirs)
     for ours, names in _qkv_names(config):
         if all(n in tensors for n in names):
             state[ours] = torch.cat([tensors[n] for n in names], dim=0)
             used.update(names)
     return state, used
+
+
+def _conv1d(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """GPT-1's Conv1D weights are nn.Linear's transposed (the same both ways)."""
+    return tensor.t() if name.endswith(CONV1D_WEIGHTS) else tensor
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -311,7 +336,7 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
         for old, new in LEGACY_SUFFIXES.items():
             if key.endswith(old) and "LayerNorm" in key:
                 key = key[: -len(old)] + new
-        if key not in DERIVED_KEYS:
+        if key not in DERIVED_KEYS and not key.endswith(DERIVED_SUFFIXES):
             out[key] = tensor
     word = next((out[k] for k in WORD_EMBEDDINGS if k in out), None)
     for name in TIED_DECODERS:

@@ -269,7 +269,8 @@ class QuestionAnswerer(nn.Module):
         modern = config.model_type == "modernbert"
         self.bert = encoder(config, pooler=not modern)
         self.transform = Head(config) if modern else None
-        self.qa = ClassifierHead(config.hidden_size, 2, dropout=0.0)  # HF has no dropout here
+        # BERT's QA class has no dropout before its output layer; ModernBERT's has its classifier's
+        self.qa = ClassifierHead(config.hidden_size, 2, dropout=config.classifier_dropout if modern else 0.0)
         self.qa.apply(lambda m: init_weights(m, config.initializer_range))
 
     def logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:

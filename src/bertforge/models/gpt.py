@@ -1,0 +1,149 @@
+"""GPT-1 (Radford et al., 2018), top to bottom in one file.
+
+token + learned position embeddings (no segments, no embedding LayerNorm), dropout -> N blocks ->
+the hidden states, which the LM head reads through the token embeddings (tied). A block is BERT's
+post-LayerNorm layer, x = LN(x + Attn(x)); x = LN(x + FFN(x)), with the one difference that makes a
+language model of it: each position attends only to itself and the positions before it. Without a
+segment table, HF's `OpenAIGPTModel` embeds token types through the token embeddings; we do the same
+when they are given.
+
+For generation the attention keeps each layer's keys and values (`Cache`), so that a new token
+costs one position, not the whole prefix.
+
+Shapes: B batch, T tokens (new ones, with a cache), P cached positions, H hidden, N heads, D head size.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import GPTConfig
+from .bert import Dropout, EncoderOutput, activation, attention, init_weights
+
+
+class Cache:
+    """Each layer's keys and values so far, (B, N, P, D) each; starts empty."""
+
+    def __init__(self):
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[2] if self.keys else 0
+
+
+class Embeddings(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.n_embd)
+        self.position = nn.Embedding(config.n_positions, config.n_embd)
+        self.dropout = Dropout(config.embd_pdrop)
+
+    def forward(self, input_ids, position_ids, token_type_ids=None):
+        x = self.word(input_ids) + self.position(position_ids)  # (B, T, H)
+        if token_type_ids is not None:  # HF's convention: types are tokens of the vocabulary
+            x = x + self.word(token_type_ids)
+        return self.dropout(x)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.num_heads = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd)
+        self.out = nn.Linear(config.n_embd, config.n_embd)
+        self.dropout_p = config.attn_pdrop
+
+    def forward(self, x, mask, layer: int, cache: Cache | None):
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)  # (B, N, T, D)
+        if cache is not None:
+            if layer < len(cache.keys):  # earlier positions first
+                k = torch.cat((cache.keys[layer], k), dim=2)  # (B, N, P + T, D)
+                v = torch.cat((cache.values[layer], v), dim=2)
+                cache.keys[layer], cache.values[layer] = k, v
+            else:
+                cache.keys.append(k)
+                cache.values.append(v)
+        p = self.dropout_p if self.training else 0.0
+        if x.device.type == "cpu" and (p > 0 or q.dtype == torch.bfloat16):  # see bert.attention
+            if mask is None:
+                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            y = attention(q, k, v, mask, p)
+        elif mask is None:  # a fresh sequence without padding: SDPA's own causal path
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, T, D)
+        return self.out(y.transpose(1, 2).reshape(B, T, H))  # (B, T, H)
+
+
+class Block(nn.Module):
+    """BERT's post-LayerNorm layer with causal attention (OpenAI's `Block`)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.attention = CausalSelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.ffn_in = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.act = activation(config.hidden_act)
+        self.ffn_out = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.ffn_norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.dropout = Dropout(config.resid_pdrop)
+
+    def forward(self, x, mask, layer, cache):
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask, layer, cache)))  # (B, T, H)
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
+
+
+class GPT(nn.Module):
+    """The GPT-1 decoder. `pooler` is accepted for a signature common to the encoders; GPT-1 has
+    none (its task heads read the hidden state at the `extract` token)."""
+
+    def __init__(self, config: GPTConfig, pooler: bool = False):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.pooler = None
+        self.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        cache: Cache | None = None,
+    ) -> EncoderOutput:
+        """Hidden states (B, T, H) of token ids (B, T), each position seeing only those before it.
+        `attention_mask` is 1 for real tokens and 0 for padding, which must come after them (right
+        padding; P + T columns with a cache); with a `cache` the ids continue the cached positions
+        and the cache grows by them."""
+        B, T = input_ids.shape
+        past = cache.length if cache is not None else 0
+        if past + T > self.config.n_positions:
+            raise ValueError(f"{past + T} positions, but the model has {self.config.n_positions}")
+        if attention_mask is not None and attention_mask.shape[-1] != past + T:
+            raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} positions, not the {past + T} "
+                             "cached and new ones")
+        if position_ids is None:
+            position_ids = torch.arange(past, past + T, device=input_ids.device).expand(B, T)
+        mask = None
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        if past or padded:
+            # (T, P + T): query i (at position P + i) sees keys up to P + i; padding keys never.
+            keys = torch.arange(past + T, device=input_ids.device)
+            mask = keys[None, :] <= keys[past:, None]
+            if padded:
+                mask = mask & attention_mask.bool()[:, None, None, :]  # (B, 1, T, P + T)
+        x = self.embeddings(input_ids, position_ids, token_type_ids)  # (B, T, H)
+        states = [x] if output_hidden_states else None
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, i, cache)
+            if states is not None:
+                states.append(x)
+        return EncoderOutput(x, None, tuple(states) if states is not None else None)

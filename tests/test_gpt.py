@@ -1,0 +1,176 @@
+"""GPT-1: parity with `transformers`' OpenAIGPTLMHeadModel both ways, the causal mask, the key/value
+cache, next-token batches, generation, and a tiny pretraining run through the command line."""
+
+import json
+
+import pytest
+import torch
+from conftest import random_batch, write_corpus
+
+from bertforge import BertforgeError, load_pretrained, save_pretrained
+from bertforge.cli import main
+from bertforge.config import GPTConfig, gpt_preset, load_config
+from bertforge.data.batches import next_token_batch
+from bertforge.generate import Generator, check_options, filtered
+from bertforge.models.gpt import GPT, Cache
+from bertforge.objectives import CausalLMPretraining
+from bertforge.training.trainer import read_metrics
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+             attn_pdrop=0.0, pad_token_id=0)
+
+
+def randomise(module):
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+
+
+def all_logits(model, batch):
+    hidden = model.bert(batch["input_ids"], None, batch["attention_mask"], output_hidden_states=True)
+    every = torch.arange(batch["input_ids"].numel())
+    return hidden, model.lm_logits(hidden.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
+
+
+def test_lm_matches_transformers_both_ways(tmp_path):
+    torch.manual_seed(0)
+    config = GPTConfig(**SMALL)
+    ours = CausalLMPretraining(config).eval()
+    randomise(ours)
+    save_pretrained(ours, str(tmp_path))
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["architectures"] == ["OpenAIGPTLMHeadModel"] and saved["model_type"] == "openai-gpt"
+    theirs, info = transformers.OpenAIGPTLMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    batch = random_batch(config.vocab_size)  # right padding: real positions never see it
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        expected = theirs.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                 output_hidden_states=True)
+        out, logits = all_logits(ours, batch)
+        assert len(out.hidden_states) == len(expected.hidden_states) == config.n_layer + 1
+        for a, b in zip(out.hidden_states, expected.hidden_states):
+            assert (a - b)[real].abs().max() <= 1e-5
+        assert (logits - expected.logits)[real].abs().max() <= 1e-5
+    theirs.save_pretrained(tmp_path / "back")
+    back = load_pretrained(str(tmp_path / "back"), cls=CausalLMPretraining).eval()
+    with torch.no_grad():
+        assert (all_logits(back, batch)[1] - expected.logits)[real].abs().max() <= 1e-5
+    assert isinstance(load_pretrained(str(tmp_path / "back")), GPT)
+
+
+def test_token_types_are_embedded_as_tokens_as_in_transformers():
+    torch.manual_seed(0)
+    config = GPTConfig(**SMALL)
+    ours = CausalLMPretraining(config).eval()
+    theirs = transformers.OpenAIGPTModel(transformers.OpenAIGPTConfig(**config.to_dict())).eval()
+    theirs.load_state_dict({k.removeprefix("transformer."): v for k, v in _hf_state(ours).items()})
+    ids, types = torch.randint(5, 99, (2, 10)), torch.randint(5, 99, (2, 10))
+    with torch.no_grad():
+        assert (ours.bert(ids, types).last_hidden_state - theirs(ids, token_type_ids=types).last_hidden_state
+                ).abs().max() <= 1e-5
+
+
+def _hf_state(model):
+    from bertforge.formats.hf import to_hf
+
+    return to_hf(model)[0]
+
+
+def test_earlier_positions_never_see_later_tokens():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**SMALL)).eval()
+    ids = torch.randint(5, 99, (1, 12))
+    changed = ids.clone()
+    changed[0, 8] = (ids[0, 8] + 1 - 5) % 94 + 5
+    with torch.no_grad():
+        a, b = model(ids).last_hidden_state, model(changed).last_hidden_state
+    assert torch.equal(a[0, :8], b[0, :8]) and not torch.allclose(a[0, 8:], b[0, 8:])
+
+
+def test_the_cache_gives_what_the_whole_sequence_gives():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**SMALL)).eval()
+    ids = torch.randint(5, 99, (2, 12))
+    cache = Cache()
+    with torch.no_grad():
+        whole = model(ids).last_hidden_state
+        parts = [model(ids[:, :7], cache=cache).last_hidden_state]
+        parts += [model(ids[:, t: t + 1], cache=cache).last_hidden_state for t in range(7, 12)]
+    assert cache.length == 12
+    assert (torch.cat(parts, dim=1) - whole).abs().max() <= 1e-5
+
+
+def test_next_token_batches_pair_each_position_with_the_next_real_token():
+    ids = torch.tensor([[2, 10, 11, 12, 3], [2, 20, 21, 0, 0]])
+    mask = (ids != 0).long()
+    batch = next_token_batch(ids, mask)
+    assert batch["lm_positions"].tolist() == [0, 1, 2, 3, 5, 6]  # row 2: positions 0 and 1 (flat 5, 6)
+    assert batch["lm_targets"].tolist() == [10, 11, 12, 3, 20, 21]
+    assert batch["counts"] == {"lm": 6} and batch["tokens"] == 8
+
+
+def test_sampling_filters_keep_the_most_likely_tokens():
+    logits = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0])
+    assert torch.isinf(filtered(logits, top_k=2, top_p=1.0)[2:]).all()
+    p = logits.softmax(-1)
+    kept = ~torch.isinf(filtered(logits, top_k=0, top_p=float(p[0] + p[1]) - 1e-4))
+    assert kept.tolist() == [True, True, False, False, False]  # the smallest set reaching top_p
+    assert (~torch.isinf(filtered(logits, 0, 1e-6))).sum() == 1  # the most likely always stays
+    for bad in (dict(temperature=0.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-1), dict(max_new_tokens=0)):
+        options = dict(max_new_tokens=5, do_sample=True, temperature=1.0, top_k=0, top_p=1.0) | bad
+        with pytest.raises(BertforgeError):
+            check_options(**options)
+    check_options(5, False, 0.0, 0, 1.0)  # greedy needs no temperature
+
+
+def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    assert main(["pretrain", "--objective", "gpt", "--corpus", str(tmp_path / "corpus"), "--out", str(out),
+                 "--preset", "bert-tiny", "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32",
+                 "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "40", "--log-every", "5",
+                 "--eval-every", "40"]) == 0
+    records = [r for r in read_metrics(str(out)) if "loss" in r]
+    assert records[-1]["lm_loss"] < records[0]["lm_loss"] - 0.5  # it learns
+    held_out = [r["eval"] for r in read_metrics(str(out)) if r.get("eval")][-1]
+    assert held_out["lm_loss"] < records[0]["lm_loss"] - 0.5  # on held-out documents too
+    run_config = json.loads((out / "run_config.json").read_text())
+    assert run_config["positions"] == "absolute" and run_config["masking"]["mask_prob"] == 0.0
+    model = out / "model"
+    config = load_config(str(model))
+    assert config.architectures == ["OpenAIGPTLMHeadModel"] and config.n_layer == gpt_preset("bert-tiny").n_layer
+    theirs, info = transformers.OpenAIGPTLMHeadModel.from_pretrained(model, output_loading_info=True)
+    assert not any(info.values()), info
+    capsys.readouterr()
+
+    generator = Generator(str(model))
+    greedy = generator("alpha beta", max_new_tokens=8)
+    assert greedy == generator("alpha beta", max_new_tokens=8, use_cache=False)  # cached = uncached
+    sampled = generator("alpha beta", max_new_tokens=8, do_sample=True, top_k=5, seed=3)
+    assert sampled == generator("alpha beta", max_new_tokens=8, do_sample=True, top_k=5, seed=3)
+    assert sampled == generator("alpha beta", max_new_tokens=8, do_sample=True, top_k=5, seed=3, use_cache=False)
+    assert main(["generate", str(model), "alpha beta", "--max-new-tokens", "5", "--do-sample", "--seed", "1"]) == 0
+    assert capsys.readouterr().out.startswith("alpha beta")
+    # a prompt longer than the positions is cut from the left, said once
+    room = generator.config.n_positions - 10
+    assert len(generator.prompt_ids("alpha " * 600, max_new_tokens=10)) == room
+    assert len(generator.prompt_ids("beta " * 600, max_new_tokens=10)) == room
+    assert capsys.readouterr().err.count(f"only its last {room} are read") == 1
+
+    for command, message in ((["generate", str(model), "  "], "the prompt is empty"),
+                             (["generate", str(model), "alpha", "--do-sample", "--temperature", "0"], "temperature"),
+                             (["generate", str(model), "alpha", "--top-p", "1.5"], "top_p"),
+                             (["fill-mask", str(model), "alpha [MASK]"], "no masked-LM head"),
+                             (["evaluate-lm", str(model), str(tmp_path / "corpus")], "left-to-right")):
+        assert main(command) == 2
+        assert message in capsys.readouterr().err
+    bert_dir = tmp_path / "bert"
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1,
+                                                                num_attention_heads=2, intermediate_size=37))
+    bert.save_pretrained(bert_dir)
+    with pytest.raises(BertforgeError, match="generate needs a left-to-right language model"):
+        Generator(str(bert_dir))
