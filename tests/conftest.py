@@ -62,3 +62,43 @@ def write_corpus(directory, n_docs=30, seed=0):
     for name, part in (("one.txt", docs[:half]), ("two.txt", docs[half:])):
         (directory / name).write_text("\n\n".join("\n".join(doc) for doc in part) + "\n")
     return docs
+
+
+def randomise(module):
+    """Non-trivial biases and norms, so that a swapped or dropped weight shows in a parity test."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+
+
+def copy_batch(g, rows=32, pairs=16, vocab=64, mask_id=4):
+    """Each token twice in a row; about 30% of the pairs have one of the two masked. Only attention
+    that finds the neighbour can fill it in: chance is 1/59."""
+    tokens = torch.randint(5, vocab, (rows, pairs), generator=g)
+    ids = tokens.repeat_interleave(2, dim=1)  # (rows, 2 * pairs)
+    chosen = torch.rand(rows, pairs, generator=g) < 0.3
+    position = torch.arange(pairs) * 2 + torch.randint(0, 2, (rows, pairs), generator=g)
+    flat = (torch.arange(rows)[:, None] * 2 * pairs + position)[chosen]
+    targets = ids.reshape(-1)[flat]
+    masked = ids.reshape(-1).index_fill(0, flat, mask_id).view_as(ids)
+    return {"input_ids": masked, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+            "mlm_positions": flat, "mlm_targets": targets}
+
+
+def copy_task_accuracy(model, lr: float, steps: int) -> float:
+    """Train a masked-LM objective on `copy_batch` for `steps`; its held-out accuracy (chance 1/59)."""
+    from bertforge.training.optim import make_optimizer
+
+    optimizer = make_optimizer(model, lr, betas=(0.9, 0.98))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        batch = copy_batch(g)
+        losses, _ = model(batch)
+        optimizer.zero_grad()
+        (losses["mlm"] / len(batch["mlm_targets"])).backward()
+        optimizer.step()
+    held_out = copy_batch(torch.Generator().manual_seed(1), rows=64)
+    with torch.no_grad():
+        _, correct = model.eval()(held_out)
+    return float(correct["mlm"]) / len(held_out["mlm_targets"])

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_batch, tiny_config, write_corpus
+from conftest import random_batch, randomise, tiny_config, write_corpus
 
 from bertforge import load_pretrained, save_pretrained
 from bertforge.cli import OBJECTIVE_NAMES, main
@@ -42,14 +42,6 @@ def all_logits(model, batch):
     out = model.bert(**batch)
     every = torch.arange(batch["input_ids"].numel())
     return model.mlm_logits(out.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
-
-
-def randomise(module):
-    """Non-trivial biases and norms, so that a swapped or dropped weight shows."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
 
 
 @pytest.mark.parametrize("family, hf_class, sentence", [

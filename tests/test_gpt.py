@@ -5,12 +5,13 @@ import json
 
 import pytest
 import torch
-from conftest import random_batch, write_corpus
+from conftest import random_batch, randomise, write_corpus
 
 from bertforge import BertforgeError, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.config import GPTConfig, gpt_preset, load_config
 from bertforge.data.batches import next_token_batch
+from bertforge.formats.hf import to_hf
 from bertforge.generate import Generator, check_options, filtered
 from bertforge.models.gpt import GPT, Cache
 from bertforge.objectives import CausalLMPretraining
@@ -20,13 +21,6 @@ transformers = pytest.importorskip("transformers")
 
 SMALL = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
              attn_pdrop=0.0, pad_token_id=0)
-
-
-def randomise(module):
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
 
 
 def all_logits(model, batch):
@@ -67,17 +61,11 @@ def test_token_types_are_embedded_as_tokens_as_in_transformers():
     config = GPTConfig(**SMALL)
     ours = CausalLMPretraining(config).eval()
     theirs = transformers.OpenAIGPTModel(transformers.OpenAIGPTConfig(**config.to_dict())).eval()
-    theirs.load_state_dict({k.removeprefix("transformer."): v for k, v in _hf_state(ours).items()})
+    theirs.load_state_dict({k.removeprefix("transformer."): v for k, v in to_hf(ours)[0].items()})
     ids, types = torch.randint(5, 99, (2, 10)), torch.randint(5, 99, (2, 10))
     with torch.no_grad():
         assert (ours.bert(ids, types).last_hidden_state - theirs(ids, token_type_ids=types).last_hidden_state
                 ).abs().max() <= 1e-5
-
-
-def _hf_state(model):
-    from bertforge.formats.hf import to_hf
-
-    return to_hf(model)[0]
 
 
 def test_earlier_positions_never_see_later_tokens():

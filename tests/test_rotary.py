@@ -5,24 +5,16 @@ import json
 
 import pytest
 import torch
-from conftest import random_batch, tiny_config
+from conftest import copy_task_accuracy, random_batch, randomise, tiny_config
 
 from bertforge import load_pretrained, save_pretrained
 from bertforge.models.bert import rotary_tables, rotate
 from bertforge.objectives import BertPretraining
 from bertforge.tasks.classification import SequenceClassifier
-from bertforge.training.optim import make_optimizer
 
 transformers = pytest.importorskip("transformers")
 
 ROFORMER = dict(model_type="roformer")
-
-
-def randomise(module):
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias") or "norm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
 
 
 def all_logits(model, batch):
@@ -88,39 +80,13 @@ def test_rotated_scores_depend_only_on_distance():
     assert not torch.allclose(score(3, 1), score(1, 3), atol=1e-3)  # direction matters
 
 
-def copy_batch(g, rows=32, pairs=16, vocab=64, mask_id=4):
-    """Each token twice in a row; about 30% of the pairs have one of the two masked. Only attention
-    that finds the neighbour can fill it in: chance is 1/59."""
-    tokens = torch.randint(5, vocab, (rows, pairs), generator=g)
-    ids = tokens.repeat_interleave(2, dim=1)  # (rows, 2 * pairs)
-    chosen = torch.rand(rows, pairs, generator=g) < 0.3
-    position = torch.arange(pairs) * 2 + torch.randint(0, 2, (rows, pairs), generator=g)
-    flat = (torch.arange(rows)[:, None] * 2 * pairs + position)[chosen]
-    targets = ids.reshape(-1)[flat]
-    masked = ids.reshape(-1).index_fill(0, flat, mask_id).view_as(ids)
-    return {"input_ids": masked, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
-            "mlm_positions": flat, "mlm_targets": targets}
-
-
 def test_two_rotary_layers_learn_the_copy_task():
     # Learned absolute positions stay at chance here for hundreds of steps (the table must first
     # organise itself); rotary positions give attention the distance at once. This also catches a
     # broken mask, position or label alignment: any of them keeps the accuracy at chance.
     torch.manual_seed(0)
     config = tiny_config(**ROFORMER, vocab_size=64, hidden_size=64, intermediate_size=128)
-    model = BertPretraining(config, sentence=None)
-    optimizer = make_optimizer(model, 1e-3, betas=(0.9, 0.98))
-    g = torch.Generator().manual_seed(0)
-    for _ in range(350):
-        batch = copy_batch(g)
-        losses, _ = model(batch)
-        optimizer.zero_grad()
-        (losses["mlm"] / len(batch["mlm_targets"])).backward()
-        optimizer.step()
-    held_out = copy_batch(torch.Generator().manual_seed(1), rows=64)
-    with torch.no_grad():
-        _, correct = model.eval()(held_out)
-    assert correct["mlm"] / len(held_out["mlm_targets"]) > 0.9
+    assert copy_task_accuracy(BertPretraining(config, sentence=None), lr=1e-3, steps=350) > 0.9
 
 
 def test_multiple_choice_is_refused_for_rotary_encoders():

@@ -43,8 +43,37 @@ _HF_BOOKKEEPING = {
 MODEL_TYPES = ("bert", "albert", "roberta", "electra", "roformer")
 
 
+class HFConfig:
+    """What every family's config does alike: check the task keys HF writes, and write itself as HF does."""
+
+    def _check_heads(self) -> None:
+        _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
+               "architectures", "a list of class names", self.architectures)
+        if self.id2label is not None:
+            # JSON object keys are strings: "0" -> 0.
+            _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),
+                   "id2label", "a mapping from label ids to names", self.id2label)
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            _check(sorted(self.id2label) == list(range(len(self.id2label))), "id2label",
+                   "ids 0..n-1", sorted(self.id2label))
+            self.label2id = {v: k for k, v in self.id2label.items()}
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    def to_dict(self) -> dict:
+        """The config as HF writes it; optional task fields appear only when set."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+
+
 @dataclass
-class BertConfig:
+class BertConfig(HFConfig):
     """The shape and regularisation of a BERT-family encoder, spelled as HF's `BertConfig`
     (and `AlbertConfig`, `RobertaConfig`, `ElectraConfig` for the fields they add).
 
@@ -130,24 +159,10 @@ class BertConfig:
             _check(self.max_position_embeddings > self.pad_token_id + 1, "max_position_embeddings",
                    f"more than pad_token_id + 1 = {self.pad_token_id + 1} (RoBERTa's position offset)",
                    self.max_position_embeddings)
-        _check(isinstance(self.architectures, list)
-               and all(isinstance(a, str) for a in self.architectures),
-               "architectures", "a list of class names", self.architectures)
-        if self.id2label is not None:
-            # JSON object keys are strings: "0" -> 0.
-            _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),
-                   "id2label", "a mapping from label ids to names", self.id2label)
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            _check(sorted(self.id2label) == list(range(len(self.id2label))), "id2label",
-                   "ids 0..n-1", sorted(self.id2label))
-            self.label2id = {v: k for k, v in self.id2label.items()}
+        self._check_heads()
         if self.classifier_dropout is not None:
             _check(_is_number(self.classifier_dropout) and 0 <= self.classifier_dropout < 1,
                    "classifier_dropout", "a probability in [0, 1)", self.classifier_dropout)
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.id2label) if self.id2label else 2
 
     @property
     def head_size(self) -> int:
@@ -164,10 +179,6 @@ class BertConfig:
         if self.model_type == "roberta":
             return self.max_position_embeddings - self.pad_token_id - 1
         return self.max_position_embeddings
-
-    def to_dict(self) -> dict:
-        """The config as HF writes it; optional task fields appear only when set."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "config") -> "BertConfig":
@@ -200,10 +211,6 @@ class BertConfig:
             raise BertforgeError(f"missing required key(s) {', '.join(missing)}")
         return cls(**{k: v for k, v in data.items() if k in names})
 
-    def save(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2)
-            f.write("\n")
 
     @classmethod
     def load(cls, path: str) -> "BertConfig":
@@ -236,7 +243,7 @@ def preset(name: str, **overrides) -> BertConfig:
 
 
 @dataclass
-class ModernBertConfig:
+class ModernBertConfig(HFConfig):
     """ModernBERT (Warner et al., 2024), spelled as HF's `ModernBertConfig`: a pre-LayerNorm encoder
     with rotary positions, GeGLU feed-forward layers, no biases and no token types, whose layers
     alternate between global attention (every `global_attn_every_n_layers`-th, from the first) and
@@ -344,19 +351,7 @@ class ModernBertConfig:
             thetas[kind] = {"rope_theta": float(given["rope_theta"]), "rope_type": "default"}
         self.rope_parameters = thetas
         self.global_rope_theta = self.local_rope_theta = None
-        _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
-               "architectures", "a list of class names", self.architectures)
-        if self.id2label is not None:
-            _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),
-                   "id2label", "a mapping from label ids to names", self.id2label)
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            _check(sorted(self.id2label) == list(range(len(self.id2label))), "id2label",
-                   "ids 0..n-1", sorted(self.id2label))
-            self.label2id = {v: k for k, v in self.id2label.items()}
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.id2label) if self.id2label else 2
+        self._check_heads()
 
     @property
     def head_size(self) -> int:
@@ -376,17 +371,10 @@ class ModernBertConfig:
     layer_norm_eps = property(lambda self: self.norm_eps)
     hidden_dropout_prob = property(lambda self: self.mlp_dropout)
 
-    def to_dict(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-    def save(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2)
-            f.write("\n")
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(HFConfig):
     """GPT-1 (Radford et al., 2018), spelled as HF's `OpenAIGPTConfig` (`model_type` "openai-gpt"):
     a left-to-right Transformer decoder with learned positions and BERT's post-LayerNorm block.
 
@@ -443,15 +431,7 @@ class GPTConfig:
             value = getattr(self, name)
             _check(value is None or isinstance(value, int) and 0 <= value < self.vocab_size, name,
                    f"an id below vocab_size={self.vocab_size}", value)
-        _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
-               "architectures", "a list of class names", self.architectures)
-        if self.id2label is not None:
-            _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),
-                   "id2label", "a mapping from label ids to names", self.id2label)
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            _check(sorted(self.id2label) == list(range(len(self.id2label))), "id2label",
-                   "ids 0..n-1", sorted(self.id2label))
-            self.label2id = {v: k for k, v in self.id2label.items()}
+        self._check_heads()
 
     # BERT's names for the same values, read by code shared by every family.
     hidden_size = property(lambda self: self.n_embd)
@@ -466,19 +446,11 @@ class GPTConfig:
     hidden_dropout_prob = property(lambda self: self.resid_pdrop)
     # OpenAI's "gelu" is the tanh approximation, which our activations call gelu_new
     hidden_act = property(lambda self: "gelu_new" if self.afn == "gelu" else self.afn)
-    num_labels = property(lambda self: len(self.id2label) if self.id2label else 2)
     classifier_dropout = property(lambda self: self.summary_first_dropout)
     embedding_size = None
     type_vocab_size = 1
     num_hidden_groups = None
 
-    def to_dict(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-    def save(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2)
-            f.write("\n")
 
 
 def gpt_preset(name: str, **overrides) -> GPTConfig:

@@ -194,9 +194,9 @@ class PretrainingData:
         attention_mask = (torch.arange(T)[None, :] < torch.from_numpy(lengths)[:, None]).long()
         mine = torch.arange(self.rank, len(instances), self.world)
         if "lm" in self.terms:  # nothing to mask: every next token is a target
-            return [next_token_batch(input_ids[rows, :int(lengths[rows.numpy()].max())],
-                                     attention_mask[rows, :int(lengths[rows.numpy()].max())])
-                    for rows in mine.chunk(self.accum)]
+            widths = [int(lengths[rows.numpy()].max()) for rows in mine.chunk(self.accum)]
+            return [next_token_batch(input_ids[rows, :width], attention_mask[rows, :width])
+                    for rows, width in zip(mine.chunk(self.accum), widths)]
         maskable = (attention_mask == 1) & (input_ids != self.cls_id) & (input_ids != self.sep_id)
         m = masking or self.masking
         word_starts = ~self.continuation[input_ids]

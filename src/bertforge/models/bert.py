@@ -80,6 +80,18 @@ def attention(q, k, v, mask, dropout_p: float):
     return dropout(scores.softmax(-1), dropout_p, dropout_p > 0) @ v  # (B, N, T, D)
 
 
+def attend(q, k, v, mask, dropout_p: float, causal: bool = False) -> torch.Tensor:
+    """Attention (B, N, T, D) by the fastest path: written out on a CPU in bf16 or with dropout
+    (see `attention`), else SDPA. `mask` is boolean (True: may attend) or None; with `causal` and no
+    mask each query sees itself and the keys before it (GPT-1)."""
+    if q.device.type == "cpu" and (dropout_p > 0 or q.dtype == torch.bfloat16):
+        if mask is None and causal:
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        return attention(q, k, v, mask, dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          is_causal=causal and mask is None)
+
+
 def rotary_tables(positions: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (..., D) of RoFormer's angles at `positions` (...): pair i of a head (dimensions
     2i and 2i+1) turns by position * 10000^(-2i/D). Computed in float64 on the CPU, as HF's
@@ -133,11 +145,7 @@ class SelfAttention(nn.Module):
         else:  # RoFormer: queries and keys turned in one pass
             q, k = rotate(qkv[:, :, :2], *rotary).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
             v = qkv[:, :, 2].transpose(1, 2)  # (B, N, T, D)
-        p = self.dropout_p if self.training else 0.0
-        if x.device.type == "cpu" and (p > 0 or q.dtype == torch.bfloat16):
-            y = attention(q, k, v, mask, p)  # (B, N, T, D)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, T, D)
+        y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, N, T, D)
         return self.out(y.transpose(1, 2).reshape(B, T, H))  # (B, T, H)
 
 

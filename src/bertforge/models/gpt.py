@@ -16,11 +16,10 @@ Shapes: B batch, T tokens (new ones, with a cache), P cached positions, H hidden
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import GPTConfig
-from .bert import Dropout, EncoderOutput, activation, attention, init_weights
+from .bert import Dropout, EncoderOutput, activation, attend, init_weights
 
 
 class Cache:
@@ -68,15 +67,8 @@ class CausalSelfAttention(nn.Module):
             else:
                 cache.keys.append(k)
                 cache.values.append(v)
-        p = self.dropout_p if self.training else 0.0
-        if x.device.type == "cpu" and (p > 0 or q.dtype == torch.bfloat16):  # see bert.attention
-            if mask is None:
-                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            y = attention(q, k, v, mask, p)
-        elif mask is None:  # a fresh sequence without padding: SDPA's own causal path
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, T, D)
+        # mask None: a fresh sequence without padding, SDPA's own causal path
+        y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0, causal=True)  # (B, N, T, D)
         return self.out(y.transpose(1, 2).reshape(B, T, H))  # (B, T, H)
 
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import ModernBertConfig
-from .bert import Dropout, EncoderOutput, activation, attention
+from .bert import Dropout, EncoderOutput, activation, attend
 
 
 def rotary_halves(positions: torch.Tensor, head_size: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,11 +64,7 @@ class SelfAttention(nn.Module):
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)  # (B, T, 3, N, D)
         q, k = rotate(qkv[:, :, :2], *rotary).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
         v = qkv[:, :, 2].transpose(1, 2)  # (B, N, T, D)
-        p = self.dropout_p if self.training else 0.0
-        if x.device.type == "cpu" and (p > 0 or q.dtype == torch.bfloat16):
-            y = attention(q, k, v, mask, p)  # (B, N, T, D)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, N, T, D)
+        y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, N, T, D)
         return self.out_dropout(self.out(y.transpose(1, 2).reshape(B, T, H)))  # (B, T, H)
 
 
