@@ -156,7 +156,7 @@ def cmd_finetune(args) -> None:
     )
     result = finetune(task, args.train, args.dev, args.model, args.out, epochs=args.epochs,
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
-                      eval_every=args.eval_every, options=options, resume=args.resume)
+                      eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight)
     best = result["best"]
     print(f"{result['status']} at step {result['step']}; best {options.select} {best['score']} at step "
           f"{best['step']}; model in {args.out}/model")
@@ -319,14 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--quiet", action="store_true", help="no progress bars")
     pre.set_defaults(func=cmd_pretrain)
 
-    fine = commands.add_parser("finetune", help="fine-tune a pretrained BERT for a task",
+    fine = commands.add_parser("finetune", help="fine-tune a pretrained BERT (or GPT-1) for a task",
                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     fine.add_argument("--task", required=True,
                       help="a GLUE task (sst2, mrpc, rte, cola, qqp, mnli, qnli, stsb, wnli) or a family "
                            "(classification, regression, ner, qa, multiple-choice)")
     fine.add_argument("--train", required=True, help="training file (.tsv, .csv, .jsonl)")
     fine.add_argument("--dev", required=True, help="dev file, evaluated every epoch")
-    fine.add_argument("--model", required=True, help="a pretrained BERT (any HF BERT directory)")
+    fine.add_argument("--model", required=True, help="a pretrained BERT-family or GPT-1 model (an HF directory)")
     fine.add_argument("--out", required=True, help="run directory; the best model goes to OUT/model")
     fine.add_argument("--text-column", help="column of the text (name, or position without a header)")
     fine.add_argument("--pair-column", help="column of the second text, for sentence pairs")
@@ -363,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--unfreeze-every", type=int,
                       help="gradual unfreezing: thaw one more layer (top down) every this many steps")
     fine.add_argument("--classifier-dropout", type=float, help="dropout before the head (default: the model's)")
+    fine.add_argument("--lm-weight", type=float,
+                      help="GPT-1: weight of the auxiliary language-model loss on the task inputs "
+                           "(default 0.5, the paper's; 0: none)")
     fine.add_argument("--features", choices=["pooler", "scalar-mix"],
                       help="classification: fine-tune all and read the pooled [CLS] (default), or freeze the "
                            "encoder and learn an ELMo-style mix of all layers")

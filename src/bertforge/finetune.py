@@ -14,27 +14,38 @@ from .errors import BertforgeError
 from .formats.hf import load_into, load_pretrained, read_config
 from .recipe import finetuning_lr
 from .tasks import task_from_config
-from .tasks.common import FinetuneData
+from .tasks.common import FinetuneData, lm_count
 from .tokenizer import Tokenizer
 from .training.trainer import TrainOptions, distributed_setup, train
+
+GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
 
 
 def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
              classifier_dropout: float | None = None, eval_every: int | None = None,
-             options: TrainOptions | None = None, resume: bool = False) -> dict:
-    """Fine-tune the encoder in `model` (any HF BERT directory) for `task` (see `tasks.make_task`).
+             options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None) -> dict:
+    """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory) for `task` (see
+    `tasks.make_task`).
 
     Evaluates on `dev_file` every epoch (or `eval_every` steps) and keeps the best model by the
     task's first metric in `out/model`. Returns the trainer's summary with the best dev scores.
     Without `options`, the peak learning rate follows the encoder's width (`recipe.finetuning_lr`).
+    GPT-1 is fine-tuned through its input transforms (three tokens added to the vocabulary) with
+    the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
     """
-    if isinstance(read_config(model), GPTConfig):
-        raise BertforgeError(f"{model}: fine-tuning GPT-1 (its input transforms and extract-token heads) is not "
-                             "built yet; fine-tune a BERT-family model")
+    gpt = isinstance(read_config(model), GPTConfig)
+    if lm_weight is not None and not (lm_weight >= 0):
+        raise BertforgeError(f"the auxiliary LM weight must be 0 or more, got {lm_weight}")
+    if lm_weight and not gpt:
+        raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {read_config(model).model_type} "
+                             "encoder")
+    lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if gpt else 0.0
     options = options or TrainOptions(out=out, lr=finetuning_lr(read_config(model).hidden_size), warmup=0.1)
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = Tokenizer.from_pretrained(model)
+    if gpt:
+        tokenizer = tokenizer.with_input_transforms()
     positions = read_config(model).max_length
     if task.max_seq_length > positions:
         if rank == 0:
@@ -56,8 +67,15 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     net = task.build_model(config)
     load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
     pad_id = tokenizer.pad_id
-    data = FinetuneData(train_features, lambda f: task.collate(f, pad_id), task.length, batch_size, options.seed,
-                        rank, world, options.accum)
+    collate = lambda f: task.collate(f, pad_id)  # noqa: E731
+    if gpt:
+        add_transform_tokens(net.bert, tokenizer)
+        # HF's GPT sequence classifier finds the extract token as the last one that is not padding.
+        net.bert.config.pad_token_id = pad_id
+        if lm_weight:
+            net.loss_weights = {"lm": lm_weight}
+            collate = lambda f: lm_count(task.collate(f, pad_id))  # noqa: E731
+    data = FinetuneData(train_features, collate, task.length, batch_size, options.seed, rank, world, options.accum)
     per_epoch = data.steps_per_epoch
     options.steps = options.steps or max(1, round(epochs * per_epoch))
     options.eval_every = eval_every or per_epoch
@@ -70,8 +88,24 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train_file),
                   "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
                   "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
-                  "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}}
+                  "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight}
     return train(net, data, options, tokenizer, run_config, resume, evaluator)
+
+
+def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
+    """Grow GPT-1's token embeddings to the tokenizer's vocabulary: new rows (the transform tokens)
+    drawn as the pretrained ones were, N(0, initializer_range), as OpenAI's code does; every
+    pretrained row kept. Nothing to do when the model already has the rows (a fine-tuned model
+    fine-tuned again, or a vocabulary padded with spare rows)."""
+    old = decoder.embeddings.word
+    if tokenizer.vocab_size <= old.num_embeddings:
+        return
+    new = torch.nn.Embedding(tokenizer.vocab_size, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+    with torch.no_grad():
+        new.weight.normal_(0.0, decoder.config.initializer_range)
+        new.weight[: old.num_embeddings] = old.weight
+    decoder.embeddings.word = new
+    decoder.config.vocab_size = tokenizer.vocab_size
 
 
 def load_finetuned(directory: str, device: str | torch.device = "cpu"):

@@ -90,12 +90,13 @@ class NSPHead(nn.Module):
 
 class ClassifierHead(nn.Module):
     """Dropout then a linear layer: sentence classes from the pooled [CLS] vector, tags from each
-    token's vector, or one score per choice (multiple choice, `num_labels=1`)."""
+    token's vector, or one score per choice (multiple choice, `num_labels=1`). GPT-1's sentence
+    classifier has no bias (HF's `score`)."""
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float = 0.1, bias: bool = True):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.dense = nn.Linear(hidden_size, num_labels)
+        self.dense = nn.Linear(hidden_size, num_labels, bias=bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.dense(self.dropout(hidden))  # (..., num_labels)

@@ -46,3 +46,14 @@ def vocab_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
     if len(logits) == 0:
         return logits.float().sum()
     return _VocabCrossEntropy.apply(logits, targets)
+
+
+def next_token_loss(hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    word_embeddings: torch.Tensor) -> torch.Tensor:
+    """The SUM over real positions after the first of -log p(token | the tokens before it), through
+    the LM head tied to `word_embeddings`: GPT-1's auxiliary objective while fine-tuning (its L1 on
+    the task's own inputs, special tokens included, as OpenAI's code). `hidden` (B, T, H)."""
+    keep = attention_mask[:, 1:].reshape(-1).bool()  # (B * (T - 1),)
+    states = hidden[:, :-1].reshape(-1, hidden.shape[-1])[keep]  # (M, H)
+    targets = input_ids[:, 1:].reshape(-1)[keep]  # (M,)
+    return vocab_cross_entropy(F.linear(states, word_embeddings), targets)

@@ -4,6 +4,10 @@ Backed by Hugging Face's Rust `tokenizers` with BERT's own pipeline (BertNormali
 WordPiece with `##` continuations), so that ids, token types and offsets equal `BertTokenizerFast`.
 RoBERTa's byte-level BPE (GPT-2's: every byte is a symbol, so nothing is ever unknown) is the other
 kind a vocabulary can be learned as; it keeps the same special tokens and input layout.
+
+GPT-1 is fine-tuned through input transforms (Radford et al., 2018, section 3.3): three tokens added
+to its vocabulary frame every input, `_start_ text _classify_` and `_start_ a _delimiter_ b
+_classify_`. A vocabulary holding them encodes that way (`with_input_transforms`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 TRUNCATION = ("longest_first", "only_first", "only_second")
 KINDS = ("wordpiece", "byte-bpe")
+# GPT-1's start, delimiter and extract tokens, named as in OpenAI's finetune-transformer-lm.
+START, DELIMITER, EXTRACT = "_start_", "_delimiter_", "_classify_"
+TRANSFORM_TOKENS = (START, DELIMITER, EXTRACT)
 
 
 @dataclass
@@ -58,16 +65,25 @@ class Tokenizer:
         if missing:
             raise BertforgeError(f"the vocabulary lacks the special token(s) {', '.join(missing)}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (vocab[t] for t in SPECIAL_TOKENS)
-        self.special_ids = frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
+        self.transforms = all(t in vocab for t in TRANSFORM_TOKENS)
+        specials = SPECIAL_TOKENS + (TRANSFORM_TOKENS if self.transforms else ())
+        self.special_ids = frozenset(vocab[t] for t in specials)
         # Registered as special so that "[MASK]" typed in text is one token, not "[", "mask", "]".
-        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
         backend.no_padding()
         backend.no_truncation()
-        backend.post_processor = processors.TemplateProcessing(
-            single=f"{CLS}:0 $A:0 {SEP}:0",
-            pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
-            special_tokens=[(CLS, self.cls_id), (SEP, self.sep_id)],
-        )
+        if self.transforms:  # GPT-1: one segment, no type ids (it has no segment table)
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{START}:0 $A:0 {EXTRACT}:0",
+                pair=f"{START}:0 $A:0 {DELIMITER}:0 $B:0 {EXTRACT}:0",
+                special_tokens=[(t, vocab[t]) for t in TRANSFORM_TOKENS],
+            )
+        else:
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{CLS}:0 $A:0 {SEP}:0",
+                pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+                special_tokens=[(CLS, self.cls_id), (SEP, self.sep_id)],
+            )
         if self.kind == "byte-bpe":
             # Offsets without the space byte-level BPE folds into the next token (answers in QA).
             backend.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True),
@@ -85,6 +101,15 @@ class Tokenizer:
         if self.kind == "wordpiece":
             return [i for token, i in vocab.items() if token.startswith("##")]
         return [i for token, i in vocab.items() if not token.startswith("\u0120") and i not in self.special_ids]
+
+    def with_input_transforms(self) -> "Tokenizer":
+        """This vocabulary plus GPT-1's three transform tokens (appended, so every other id stays),
+        encoding `_start_ a [_delimiter_ b] _classify_`. Returns `self` when it has them already."""
+        if self.transforms:
+            return self
+        backend = Backend.from_str(self.backend.to_str())
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TRANSFORM_TOKENS])
+        return Tokenizer(backend, self.lowercase, self.strip_accents, self.split_cjk, self.model_max_length)
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -222,7 +247,10 @@ class Tokenizer:
         config = {
             # A byte-level BPE with BERT's special tokens is no HF slow class: the generic fast
             # tokenizer reads tokenizer.json as it is.
-            "tokenizer_class": "BertTokenizer" if self.kind == "wordpiece" else "PreTrainedTokenizerFast",
+            # The input transforms live in tokenizer.json's post-processor, which only the generic
+            # fast tokenizer reads as it is.
+            "tokenizer_class": "BertTokenizer" if self.kind == "wordpiece" and not self.transforms
+            else "PreTrainedTokenizerFast",
             "do_lower_case": self.lowercase,
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.split_cjk,

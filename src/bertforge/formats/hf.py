@@ -90,8 +90,11 @@ _MLM = {
 _SENTENCE = {"bert": "cls.seq_relationship", "albert": "sop_classifier.classifier", "roformer": "bertforge_nsp"}
 # RoFormer's sinusoidal table: HF stores it, though it is a function of the config (see `rotary_table_hf`).
 ROTARY_TABLE = "encoder.embed_positions.weight"
-# Classes HF lacks, saved as the nearest it has (the missing heads go in our heads file).
-NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM"}
+# Classes HF lacks, saved as the nearest it has (the missing heads go in our heads file). GPT-1's
+# multiple-choice head is the one of HF's double-heads model (LM and choice); HF has no GPT token
+# tagger or span extractor, so those are its bare decoder with our head beside it.
+NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM", "OpenAIGPTForMultipleChoice": "OpenAIGPTDoubleHeadsModel",
+                 "OpenAIGPTForTokenClassification": "OpenAIGPTModel", "OpenAIGPTForQuestionAnswering": "OpenAIGPTModel"}
 
 # ModernBERT and GPT-1: our names -> HF's, by prefix (their fused QKV projections are ours as they
 # are). Which biases exist depends on the config, so the pairs are made from the model's own
@@ -130,8 +133,12 @@ def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
 
 def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[str, str]]]:
     """(ours, HF) names of every head a model of this family and HF class may have."""
-    if model_type == "openai-gpt":
-        return {}  # the LM head is the token embeddings
+    if model_type == "openai-gpt":  # the LM head is the token embeddings
+        if architecture.endswith("ForSequenceClassification"):
+            return {"classifier": [("dense.weight", "score.weight")]}  # no bias
+        if architecture.endswith("ForMultipleChoice"):
+            return {"classifier": _linear("dense", "multiple_choice_head.summary")}
+        return {"classifier": _linear("dense", "bertforge_classifier"), "qa": _linear("dense", "bertforge_qa")}
     if model_type == "modernbert":
         # One `head` (dense -> act -> LayerNorm, biases as configured) before the decoder or the
         # classifier; on every token in the token-level classes (our `transform`), and QA's start
@@ -175,7 +182,8 @@ def pooler_key(model_type: str, architecture: str = "") -> str | None:
 KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "predictions.", "sop_classifier.", "lm_head.",
                        "generator_predictions.", "generator_lm_head.", "discriminator_predictions.",
                        "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.", "bertforge_pooler.",
-                       "bertforge_nsp.", "head.", "decoder.", "multiple_choice_head.", "score.")
+                       "bertforge_nsp.", "head.", "decoder.", "multiple_choice_head.", "score.",
+                       "bertforge_classifier.", "bertforge_qa.")
 
 # Heads of ours that no HF class has (SpanBERT's boundary head, the scalar mix) live in a file of
 # their own beside model.safetensors.
@@ -341,7 +349,10 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
     word = next((out[k] for k in WORD_EMBEDDINGS if k in out), None)
     for name in TIED_DECODERS:
         decoder = out.pop(name, None)
-        if decoder is not None and word is not None and not torch.equal(decoder, word):
+        if decoder is not None and word is None:
+            # `transformers` may keep a tied matrix under the head's name alone (GPT's double-heads model)
+            word = out[WORD_EMBEDDINGS[{"modernbert": 1, "openai-gpt": 2}.get(model_type, 0)]] = decoder
+        elif decoder is not None and not torch.equal(decoder, word):
             raise BertforgeError(f"{source}: the MLM decoder {name} is not tied to the word embeddings; "
                                  "untied decoders are not supported")
     return out

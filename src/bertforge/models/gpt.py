@@ -92,7 +92,9 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     """The GPT-1 decoder. `pooler` is accepted for a signature common to the encoders; GPT-1 has
-    none (its task heads read the hidden state at the `extract` token)."""
+    none. Its `pooler_output` is the hidden state at the last real token, where the input transforms
+    put `extract`, the one position that has seen the whole input: what its task heads read, as
+    HF's `OpenAIGPTForSequenceClassification` does."""
 
     def __init__(self, config: GPTConfig, pooler: bool = False):
         super().__init__()
@@ -138,4 +140,7 @@ class GPT(nn.Module):
             x = layer(x, mask, i, cache)
             if states is not None:
                 states.append(x)
-        return EncoderOutput(x, None, tuple(states) if states is not None else None)
+        last = (attention_mask[:, past:].sum(-1) - 1).clamp(min=0) if attention_mask is not None \
+            else torch.full((B,), T - 1, device=x.device)
+        pooled = x[torch.arange(B, device=x.device), last]  # (B, H)
+        return EncoderOutput(x, pooled, tuple(states) if states is not None else None)

@@ -20,8 +20,8 @@ from ..heads import ClassifierHead
 from ..metrics import accuracy
 from ..models import encoder
 from ..models.bert import init_weights
+from .common import auxiliary_lm, finetuned_config, inference_batches, pad, read_records, token_types
 from .common import field as column_of
-from .common import finetuned_config, inference_batches, pad, read_records
 
 
 @dataclass
@@ -120,6 +120,8 @@ class MultipleChoiceTask:
             raise BertforgeError("multiple choice is not supported for RoFormer (rotary) encoders: "
                                  "pretrain with --positions absolute for this task")
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
+        if config.model_type == "openai-gpt":  # HF's multiple-choice head projects to num_labels: one score
+            extra["id2label"] = {0: "LABEL_0"}
         return finetuned_config(config, self, drop=("id2label", "problem_type"), **extra)
 
     def predict(self, model, features: list[dict], batch_size: int = 16) -> torch.Tensor:
@@ -142,7 +144,8 @@ class MultipleChoiceTask:
 
 
 class ChoiceScorer(nn.Module):
-    """Encoder + dropout + one score per (context, ending) from the pooled vector; HF `BertForMultipleChoice`."""
+    """Encoder + dropout + one score per (context, ending) from the pooled vector; HF `BertForMultipleChoice`
+    (GPT-1: the state at `extract`, HF `OpenAIGPTDoubleHeadsModel`'s multiple-choice head)."""
 
     architecture = "BertForMultipleChoice"
 
@@ -154,13 +157,17 @@ class ChoiceScorer(nn.Module):
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
 
     def logits(self, batch: dict) -> torch.Tensor:
+        return self._logits(batch)[0]
+
+    def _logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Scores (B, C) and the encoder's last hidden states (B * C, T, H)."""
         B, C, T = batch["input_ids"].shape
-        out = self.bert(batch["input_ids"].view(B * C, T), batch["token_type_ids"].view(B * C, T),
+        out = self.bert(batch["input_ids"].view(B * C, T), token_types(self.bert, batch["token_type_ids"].view(B * C, T)),
                         batch["attention_mask"].view(B * C, T))
-        return self.classifier(out.pooler_output).view(B, C)  # (B, C)
+        return self.classifier(out.pooler_output).view(B, C), out.last_hidden_state  # (B, C)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        logits = self.logits(batch).float()
-        labels = batch["labels"]
-        return ({"choice": F.cross_entropy(logits, labels, reduction="sum")},
+        logits, hidden = self._logits(batch)
+        logits, labels = logits.float(), batch["labels"]
+        return ({"choice": F.cross_entropy(logits, labels, reduction="sum"), **auxiliary_lm(self, hidden, batch)},
                 {"choice": (logits.argmax(-1) == labels).sum()})

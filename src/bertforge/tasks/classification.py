@@ -19,7 +19,7 @@ from ..heads import ClassifierHead
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
 from ..models import encoder
 from ..models.bert import init_weights
-from .common import encoder_inputs, finetuned_config, inference_batches, read_records
+from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, read_records, token_types
 from .common import field as column_of
 
 
@@ -39,6 +39,9 @@ class ClassificationTask:
     # "pooler": fine-tune everything, classify the pooled [CLS] vector (BERT). "scalar-mix": keep
     # the encoder frozen and classify a learned ELMo-style mix of all layers, mean-pooled.
     features: str = "pooler"
+    # A similarity task (MRPC, QQP, STS-B): the pair has no natural order, so GPT-1 reads it both
+    # ways and adds the two final states (Radford et al., 2018, 3.3). BERT reads one order.
+    symmetric: bool = False
     family: str = "classification"
 
     # ---- reading -----------------------------------------------------------------------------
@@ -101,10 +104,15 @@ class ClassificationTask:
         texts = [e["text"] for e in examples]
         pairs = [e["pair"] or "" for e in examples] if self.pair_column is not None else None
         encodings = tokenizer.encode_batch(texts, pairs, max_length=self.max_seq_length)
+        swapped = [None] * len(examples)
+        if self.symmetric and pairs is not None and tokenizer.transforms:
+            swapped = tokenizer.encode_batch(pairs, texts, max_length=self.max_seq_length)
         index = {n: i for i, n in enumerate(names or [])}
         features = []
-        for e, enc in zip(examples, encodings):
+        for e, enc, other in zip(examples, encodings, swapped):
             f = {"ids": enc.ids, "types": enc.token_type_ids}
+            if other is not None:
+                f["swapped"] = other.ids
             if "label" in e:
                 f["label"] = e["label"] if self.regression else index[e["label"]]
             features.append(f)
@@ -125,6 +133,9 @@ class ClassificationTask:
 
     def collate(self, features: list[dict], pad_id: int = 0) -> dict:
         batch = {**encoder_inputs(features, pad_id), "counts": {self.term: len(features)}}
+        if "swapped" in features[0]:
+            swapped = encoder_inputs([{"ids": f["swapped"]} for f in features], pad_id)
+            batch.update(swapped_ids=swapped["input_ids"], swapped_mask=swapped["attention_mask"])
         if "label" in features[0]:
             dtype = torch.float if self.regression else torch.long
             batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
@@ -180,6 +191,9 @@ class ClassificationTask:
 
 class SequenceClassifier(nn.Module):
     """Encoder + dropout + linear layer over the pooled [CLS] vector; HF `BertForSequenceClassification`.
+    GPT-1's reads its state at `extract` (`OpenAIGPTForSequenceClassification`), both orders added
+    for a similarity task (HF's class reads the one order it is given), and can add the auxiliary
+    LM loss on its inputs (`tasks.common.auxiliary_lm`).
 
     With the task's `features="scalar-mix"`, the encoder is frozen and the head reads a learned mix
     of all layers instead (its weights are saved too, but `transformers` knows only the pooler path).
@@ -192,7 +206,8 @@ class SequenceClassifier(nn.Module):
         self.bert = encoder(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.regression = config.problem_type == "regression"
-        self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout)
+        self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout,
+                                         bias=config.model_type != "openai-gpt")
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
         self.mix = None
         if (config.bertforge_task or {}).get("features") == "scalar-mix":
@@ -202,25 +217,33 @@ class SequenceClassifier(nn.Module):
             self.bert.requires_grad_(False)
 
     def logits(self, batch: dict) -> torch.Tensor:
+        return self._logits(batch)[0]
+
+    def _logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits and the encoder's last hidden states (B, T, H)."""
+        types = token_types(self.bert, batch["token_type_ids"])
         if self.mix is None:
-            out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            logits = self.classifier(out.pooler_output)  # (B, labels)
+            out = self.bert(batch["input_ids"], types, batch["attention_mask"])
+            pooled = out.pooler_output  # (B, H)
+            if "swapped_ids" in batch:
+                pooled = pooled + self.bert(batch["swapped_ids"], None, batch["swapped_mask"]).pooler_output
+            logits, hidden = self.classifier(pooled), out.last_hidden_state  # (B, labels)
         else:
             with torch.no_grad():  # frozen features
                 self.bert.eval()
-                states = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                states = self.bert(batch["input_ids"], types, batch["attention_mask"],
                                    output_hidden_states=True).hidden_states
             mask = batch["attention_mask"].unsqueeze(-1).to(states[0].dtype)
             mixed = self.mix(states)  # (B, T, H)
-            logits = self.classifier((mixed * mask).sum(1) / mask.sum(1))
-        return logits.squeeze(-1) if self.regression else logits
+            logits, hidden = self.classifier((mixed * mask).sum(1) / mask.sum(1)), states[-1]
+        return (logits.squeeze(-1) if self.regression else logits), hidden
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        logits = self.logits(batch).float()
-        labels = batch["labels"]
+        logits, hidden = self._logits(batch)
+        logits, labels = logits.float(), batch["labels"]
         if self.regression:
-            return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
-        return ({"cls": F.cross_entropy(logits, labels, reduction="sum")},
+            return {"mse": F.mse_loss(logits, labels, reduction="sum"), **auxiliary_lm(self, hidden, batch)}, {}
+        return ({"cls": F.cross_entropy(logits, labels, reduction="sum"), **auxiliary_lm(self, hidden, batch)},
                 {"cls": (logits.argmax(-1) == labels).sum()})
 
 
@@ -229,18 +252,18 @@ class SequenceClassifier(nn.Module):
 GLUE = {
     "sst2": dict(text_column="sentence", label_column="label", labels=["0", "1"], metrics=["accuracy"]),
     "mrpc": dict(text_column="#1 String", pair_column="#2 String", label_column="Quality", labels=["0", "1"],
-                 metrics=["f1", "accuracy"]),
+                 metrics=["f1", "accuracy"], symmetric=True),
     "rte": dict(text_column="sentence1", pair_column="sentence2", label_column="label",
                 labels=["entailment", "not_entailment"], metrics=["accuracy"]),
     "cola": dict(text_column=3, label_column=1, labels=["0", "1"], metrics=["mcc", "accuracy"], header=False),
     "qqp": dict(text_column="question1", pair_column="question2", label_column="is_duplicate", labels=["0", "1"],
-                metrics=["f1", "accuracy"]),
+                metrics=["f1", "accuracy"], symmetric=True),
     "mnli": dict(text_column="sentence1", pair_column="sentence2", label_column="gold_label",
                  labels=["contradiction", "entailment", "neutral"], metrics=["accuracy"]),
     "qnli": dict(text_column="question", pair_column="sentence", label_column="label",
                  labels=["entailment", "not_entailment"], metrics=["accuracy"]),
     "stsb": dict(text_column="sentence1", pair_column="sentence2", label_column="score", regression=True,
-                 metrics=["pearson", "spearman"]),
+                 metrics=["pearson", "spearman"], symmetric=True),
     "wnli": dict(text_column="sentence1", pair_column="sentence2", label_column="label", labels=["0", "1"],
                  metrics=["accuracy"]),
 }

@@ -14,6 +14,7 @@ import torch
 from ..data.batches import Position
 from ..data.corpus import json_object
 from ..errors import BertforgeError
+from ..losses import next_token_loss
 
 csv.field_size_limit(sys.maxsize)
 
@@ -124,6 +125,30 @@ def inference_batches(model, task, features: list, batch_size: int) -> Iterator[
     device = next(model.parameters()).device
     for rows in in_length_order(features, batch_size, task.length):
         yield rows, to_device(task.collate([features[i] for i in rows], model.bert.config.pad_token_id), device)
+
+
+def token_types(model, types: torch.Tensor) -> torch.Tensor | None:
+    """BERT's segment ids for `model`'s encoder, or None for GPT-1, which has no segment table (HF's
+    convention would embed the zeros as token 0)."""
+    return None if model.config.model_type == "openai-gpt" else types
+
+
+def auxiliary_lm(model, hidden: torch.Tensor, batch: dict) -> dict:
+    """GPT-1's auxiliary language-model loss on the task inputs, `{"lm": summed loss}`, when the
+    fine-tuning recipe gave `model` a weight for it (`model.loss_weights["lm"]`); else nothing.
+    `hidden` (B', T, H) are the decoder's states of the batch's inputs, flattened as `hidden` is."""
+    if "lm" not in getattr(model, "loss_weights", {}):
+        return {}
+    shape = hidden.shape[:2]
+    return {"lm": next_token_loss(hidden, batch["input_ids"].reshape(shape), batch["attention_mask"].reshape(shape),
+                                  model.bert.embeddings.word.weight)}
+
+
+def lm_count(batch: dict) -> dict:
+    """`batch` with the count of next-token targets the auxiliary LM loss sums over (see `auxiliary_lm`)."""
+    mask = batch["attention_mask"]
+    batch["counts"] = {**batch["counts"], "lm": int(mask.reshape(-1, mask.shape[-1])[:, 1:].sum())}
+    return batch
 
 
 def finetuned_config(config, task, drop: tuple = (), **updates):

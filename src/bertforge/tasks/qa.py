@@ -26,7 +26,7 @@ from ..metrics import best_null_threshold, squad_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.modernbert import Head
-from .common import encoder_inputs, finetuned_config, inference_batches
+from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, token_types
 
 
 @dataclass
@@ -274,17 +274,24 @@ class QuestionAnswerer(nn.Module):
         self.qa.apply(lambda m: init_weights(m, config.initializer_range))
 
     def logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
+        return self._logits(batch)[0]
+
+    def _logits(self, batch: dict):
+        """The logits and the encoder's last hidden states (B, T, H)."""
+        hidden = self.bert(batch["input_ids"], token_types(self.bert, batch["token_type_ids"]),
+                           batch["attention_mask"]).last_hidden_state
+        states = hidden
         if self.transform is not None:
             hidden = self.transform(hidden)
         logits = self.qa(hidden)  # (B, T, 2)
         # Padding can never be an answer boundary.
         logits = logits.masked_fill(batch["attention_mask"][..., None] == 0, -1e4)
-        return logits[..., 0], logits[..., 1]
+        return (logits[..., 0], logits[..., 1]), states
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        start, end = (x.float() for x in self.logits(batch))
+        (start, end), hidden = self._logits(batch)
+        start, end = start.float(), end.float()
         loss = (F.cross_entropy(start, batch["start"], reduction="sum")
                 + F.cross_entropy(end, batch["end"], reduction="sum")) / 2
         correct = ((start.argmax(-1) == batch["start"]) & (end.argmax(-1) == batch["end"])).sum()
-        return {"span": loss}, {"span": correct}
+        return {"span": loss, **auxiliary_lm(self, hidden, batch)}, {"span": correct}

@@ -23,7 +23,7 @@ from ..metrics import entities, entity_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.modernbert import Head
-from .common import encoder_inputs, finetuned_config, inference_batches, pad
+from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, pad, token_types
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")
 
@@ -227,14 +227,20 @@ class TokenClassifier(nn.Module):
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
 
     def logits(self, batch: dict) -> torch.Tensor:
-        hidden = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
+        return self._logits(batch)[0]
+
+    def _logits(self, batch: dict):
+        """The logits and the encoder's last hidden states (B, T, H)."""
+        hidden = self.bert(batch["input_ids"], token_types(self.bert, batch["token_type_ids"]),
+                           batch["attention_mask"]).last_hidden_state
+        states = hidden
         if self.transform is not None:
             hidden = self.transform(hidden)
-        return self.classifier(hidden)  # (B, T, labels)
+        return self.classifier(hidden), states  # (B, T, labels)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        logits = self.logits(batch).float()
-        labels = batch["labels"]
+        logits, hidden = self._logits(batch)
+        logits, labels = logits.float(), batch["labels"]
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE, reduction="sum")
         correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
-        return {"tag": loss}, {"tag": correct}
+        return {"tag": loss, **auxiliary_lm(self, hidden, batch)}, {"tag": correct}
