@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.config import GPTConfig
-from bertforge.finetune import evaluate, finetune, load_finetuned, predict
+from bertforge.finetune import add_transform_tokens, evaluate, finetune, load_finetuned, predict
 from bertforge.losses import next_token_loss
 from bertforge.objectives import CausalLMPretraining
 from bertforge.tasks import make_task
@@ -60,6 +60,16 @@ def quick(out, **kw):
                                   precision="fp32"), **kw})
 
 
+def assert_matches_both_ways(ours, theirs, batch, expected, directory):
+    """Our logits equal `transformers`' `expected`, and so do ours after HF saves `theirs` and we read it back."""
+    with torch.no_grad():
+        assert (ours.logits(batch) - expected).abs().max() <= 1e-5
+    theirs.save_pretrained(directory)
+    back = load_pretrained(str(directory), cls=type(ours)).eval()
+    with torch.no_grad():
+        assert (back.logits(batch) - expected).abs().max() <= 1e-5
+
+
 def write_tsv(path, rows, header):
     path.write_text("\t".join(header) + "\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows))
     return str(path)
@@ -78,6 +88,12 @@ def test_input_transforms_frame_every_input_and_survive_saving(gpt_model, tmp_pa
     assert pair.sequence_ids == [None, 0, 0, 0, None, 1, 1, None]
     assert framed.decode(pair.ids) == "a good film great cast"  # the transform tokens are special
     assert len(framed.encode("good " * 50, max_length=10).ids) == 10
+    decoder = load_pretrained(gpt_model)
+    pretrained = decoder.embeddings.word.weight.detach().clone()
+    add_transform_tokens(decoder, framed)  # the pretrained rows kept, three new ones drawn as GPT-1 does
+    grown = decoder.embeddings.word.weight.detach()
+    assert grown.shape[0] == decoder.config.vocab_size == framed.vocab_size
+    assert torch.equal(grown[: len(pretrained)], pretrained) and 0.0 < grown[len(pretrained):].std() < 0.1
     for kind in ("wordpiece", "byte-bpe"):
         tokenizer = Tokenizer.train(texts=POSITIVE * 3, vocab_size=300 if kind == "byte-bpe" else 60,
                                     min_frequency=1, kind=kind).with_input_transforms()
@@ -110,11 +126,8 @@ def test_sequence_classifier_overfits_and_matches_transformers_both_ways(gpt_mod
     assert batch["attention_mask"].sum(-1).unique().numel() > 1
     with torch.no_grad():
         expected = theirs.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        assert (ours.logits(batch) - expected).abs().max() <= 1e-5
-    theirs.save_pretrained(tmp_path / "back")
-    back = load_pretrained(str(tmp_path / "back"), cls=SequenceClassifier).eval()
-    with torch.no_grad():
-        assert (back.logits(batch) - expected).abs().max() <= 1e-5
+    assert isinstance(ours, SequenceClassifier)
+    assert_matches_both_ways(ours, theirs, batch, expected, tmp_path / "back")
 
 
 def test_similarity_reads_both_orders_and_adds_them(gpt_model, tmp_path):
@@ -157,11 +170,8 @@ def test_multiple_choice_overfits_and_matches_the_double_heads_model(gpt_model, 
         B, C, T = batch["input_ids"].shape
         expected = theirs.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"].view(B * C, T),
                                  mc_token_ids=extract).mc_logits
-        assert (ours.logits(batch) - expected).abs().max() <= 1e-5
-    theirs.save_pretrained(tmp_path / "back")
-    back = load_pretrained(str(tmp_path / "back"), cls=ChoiceScorer).eval()
-    with torch.no_grad():
-        assert (back.logits(batch) - expected).abs().max() <= 1e-5
+    assert isinstance(ours, ChoiceScorer)
+    assert_matches_both_ways(ours, theirs, batch, expected, tmp_path / "back")
 
 
 def test_tagging_and_extractive_qa_overfit_reading_left_context_only(gpt_model, tmp_path):

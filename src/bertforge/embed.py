@@ -12,7 +12,7 @@ from torch import nn
 
 from .errors import BertforgeError
 from .formats.hf import load_pretrained
-from .tasks.common import in_length_order
+from .tasks.common import in_length_order, token_types
 from .tokenizer import Tokenizer
 from .training.allocator import reuse_freed_memory
 
@@ -76,8 +76,7 @@ def embed(directory: str, texts: list[str], layers: str | int = "last", pooling:
     with torch.inference_mode(), autocast:
         for rows in in_length_order(encodings, batch_size):
             batch = tokenizer.pad([encodings[i] for i in rows])
-            if model.config.type_vocab_size == 1:  # GPT-1 would embed the zeros as token 0
-                batch["token_type_ids"] = None
+            batch["token_type_ids"] = token_types(model, batch["token_type_ids"])
             states = model(**batch, output_hidden_states=True).hidden_states
             vectors = combine(states, layers).float()  # (B, T, D)
             mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)

@@ -33,20 +33,20 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     GPT-1 is fine-tuned through its input transforms (three tokens added to the vocabulary) with
     the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
     """
-    gpt = isinstance(read_config(model), GPTConfig)
+    base = read_config(model)
+    gpt = isinstance(base, GPTConfig)
     if lm_weight is not None and not (lm_weight >= 0):
         raise BertforgeError(f"the auxiliary LM weight must be 0 or more, got {lm_weight}")
     if lm_weight and not gpt:
-        raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {read_config(model).model_type} "
-                             "encoder")
+        raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
     lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if gpt else 0.0
-    options = options or TrainOptions(out=out, lr=finetuning_lr(read_config(model).hidden_size), warmup=0.1)
+    options = options or TrainOptions(out=out, lr=finetuning_lr(base.hidden_size), warmup=0.1)
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = Tokenizer.from_pretrained(model)
     if gpt:
         tokenizer = tokenizer.with_input_transforms()
-    positions = read_config(model).max_length
+    positions = base.max_length
     if task.max_seq_length > positions:
         if rank == 0:
             print(f"max_seq_length {task.max_seq_length} is more than the model's {positions} positions: "
@@ -62,7 +62,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         if n and rank == 0:
             print(f"{name}: {task.truncation_message(n, total)}", file=sys.stderr)
 
-    config = task.configure(read_config(model), names, classifier_dropout)
+    config = task.configure(base, names, classifier_dropout)
     torch.manual_seed(options.seed)
     net = task.build_model(config)
     load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh

@@ -245,10 +245,9 @@ class Tokenizer:
         self.backend.save(os.path.join(directory, "tokenizer.json"))
         specials = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
         config = {
-            # A byte-level BPE with BERT's special tokens is no HF slow class: the generic fast
-            # tokenizer reads tokenizer.json as it is.
-            # The input transforms live in tokenizer.json's post-processor, which only the generic
-            # fast tokenizer reads as it is.
+            # A byte-level BPE with BERT's special tokens is no HF slow class, and GPT-1's input
+            # transforms live in tokenizer.json's post-processor: the generic fast tokenizer reads
+            # tokenizer.json as it is.
             "tokenizer_class": "BertTokenizer" if self.kind == "wordpiece" and not self.transforms
             else "PreTrainedTokenizerFast",
             "do_lower_case": self.lowercase,

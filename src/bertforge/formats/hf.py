@@ -199,7 +199,9 @@ DERIVED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 # Decoders tied to the word embeddings: must equal them when present.
 TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
                  "generator_lm_head.weight", "decoder.weight", "lm_head.weight")
-WORD_EMBEDDINGS = ("embeddings.word_embeddings.weight", "embeddings.tok_embeddings.weight", "tokens_embed.weight")
+# The word-embedding matrix, by family (BERT's name for every family not listed).
+WORD_EMBEDDINGS = {"modernbert": "embeddings.tok_embeddings.weight", "openai-gpt": "tokens_embed.weight"}
+BERT_WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
 def hf_class(model_type: str, architecture: str) -> str:
@@ -346,13 +348,13 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
                 key = key[: -len(old)] + new
         if key not in DERIVED_KEYS and not key.endswith(DERIVED_SUFFIXES):
             out[key] = tensor
-    word = next((out[k] for k in WORD_EMBEDDINGS if k in out), None)
+    word_key = WORD_EMBEDDINGS.get(model_type, BERT_WORD_EMBEDDINGS)
     for name in TIED_DECODERS:
         decoder = out.pop(name, None)
-        if decoder is not None and word is None:
+        if decoder is not None and word_key not in out:
             # `transformers` may keep a tied matrix under the head's name alone (GPT's double-heads model)
-            word = out[WORD_EMBEDDINGS[{"modernbert": 1, "openai-gpt": 2}.get(model_type, 0)]] = decoder
-        elif decoder is not None and not torch.equal(decoder, word):
+            out[word_key] = decoder
+        elif decoder is not None and not torch.equal(decoder, out[word_key]):
             raise BertforgeError(f"{source}: the MLM decoder {name} is not tied to the word embeddings; "
                                  "untied decoders are not supported")
     return out
