@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import random_batch, randomise, tiny_config, write_corpus
 
 from bertforge import load_pretrained, save_pretrained
-from bertforge.cli import OBJECTIVE_NAMES, main
+from bertforge.cli import OBJECTIVE_NAMES, VOCAB_KINDS, main
 from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
 from bertforge.finetune import load_finetuned
@@ -175,8 +175,11 @@ def test_span_boundary_head_on_a_hand_example():
     assert abs(losses["sbo"].item() - F.cross_entropy(expected, batch["mlm_targets"], reduction="sum").item()) < 1e-4
 
 
-def test_cli_objectives_are_the_recipes():
+def test_cli_objectives_and_vocabulary_kinds_are_the_librarys():
+    from bertforge.tokenizer import KINDS
+
     assert OBJECTIVE_NAMES == list(OBJECTIVES)
+    assert VOCAB_KINDS == list(KINDS)
 
 
 @pytest.mark.parametrize("objective", ["roberta", "span", "albert", "electra", "modernbert"])
@@ -250,7 +253,7 @@ def test_resuming_continues_exactly(tmp_path, objective):
 def test_roberta_with_a_byte_level_bpe_vocabulary(tmp_path):
     write_corpus(tmp_path / "corpus")
     out = tmp_path / "run"
-    assert main(["pretrain", "--objective", "roberta", "--byte-bpe", "--cased", "--whole-word",
+    assert main(["pretrain", "--objective", "roberta", "--vocab-kind", "byte-bpe", "--cased", "--whole-word",
                  "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--preset", "bert-tiny",
                  "--vocab-size", "300", "--batch-size", "8", "--max-seq-length", "32",
                  "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "20", "--lr", "2e-3",

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import random_batch, randomise, write_corpus
 
-from bertforge import BertforgeError, load_pretrained, save_pretrained
+from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.config import GPTConfig, gpt_preset, load_config
 from bertforge.data.batches import next_token_batch
@@ -129,6 +129,7 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
     run_config = json.loads((out / "run_config.json").read_text())
     assert run_config["positions"] == "absolute" and run_config["masking"]["mask_prob"] == 0.0
     model = out / "model"
+    assert Tokenizer.from_pretrained(str(model)).kind == "bpe"  # GPT-1's vocabulary by default
     config = load_config(str(model))
     assert config.architectures == ["OpenAIGPTLMHeadModel"] and config.n_layer == gpt_preset("bert-tiny").n_layer
     theirs, info = transformers.OpenAIGPTLMHeadModel.from_pretrained(model, output_loading_info=True)

@@ -94,7 +94,7 @@ def test_input_transforms_frame_every_input_and_survive_saving(gpt_model, tmp_pa
     grown = decoder.embeddings.word.weight.detach()
     assert grown.shape[0] == decoder.config.vocab_size == framed.vocab_size
     assert torch.equal(grown[: len(pretrained)], pretrained) and 0.0 < grown[len(pretrained):].std() < 0.1
-    for kind in ("wordpiece", "byte-bpe"):
+    for kind in ("wordpiece", "byte-bpe", "bpe"):
         tokenizer = Tokenizer.train(texts=POSITIVE * 3, vocab_size=300 if kind == "byte-bpe" else 60,
                                     min_frequency=1, kind=kind).with_input_transforms()
         directory = tmp_path / kind

@@ -112,8 +112,10 @@ def test_whole_word_masking_keeps_words_together():
     assert 0.12 < sum(chosen_share) / len(chosen_share) <= 0.15
 
 
-def test_whole_word_masking_through_the_data_pipeline(tmp_path):
-    """The real path: shards of text with multi-piece words, masked by PretrainingData."""
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_whole_word_masking_through_the_data_pipeline(tmp_path, kind):
+    """The real path: shards of text with multi-piece words, masked by PretrainingData. WordPiece
+    marks the pieces that continue a word (`##`); GPT-1's BPE the piece that ends one (`</w>`)."""
     from conftest import write_corpus
 
     from bertforge import Tokenizer
@@ -122,7 +124,7 @@ def test_whole_word_masking_through_the_data_pipeline(tmp_path):
 
     write_corpus(tmp_path / "corpus", n_docs=40)
     tokenizer = Tokenizer.train(texts=["alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu ."],
-                                vocab_size=40, min_frequency=1)  # too small for whole words: many pieces
+                                vocab_size=40, min_frequency=1, kind=kind)  # too small for whole words
     shards = build_shards(str(tmp_path / "corpus"), tokenizer, cache_dir=str(tmp_path / "cache"), progress=False)
     data = PretrainingData(shards, tokenizer, 16, max_seq_length=48, masking=MaskingOptions(whole_word=True))
     _, micro = next(data.batches(Position()))
@@ -133,11 +135,17 @@ def test_whole_word_masking_through_the_data_pipeline(tmp_path):
     originals = batch["input_ids"].clone()
     originals.view(-1)[batch["mlm_positions"]] = batch["mlm_targets"]
     pieces = [tokenizer.id_to_token(int(i)) for i in originals.view(-1)]
-    continuation = torch.tensor([p.startswith("##") for p in pieces]).view_as(chosen)
+    if kind == "wordpiece":
+        continuation = torch.tensor([p.startswith("##") for p in pieces]).view_as(chosen)
+    else:
+        ends = torch.tensor([p.endswith("</w>") for p in pieces]).view_as(chosen)
+        continuation = torch.zeros_like(chosen)
+        continuation[:, 1:] = ~ends[:, :-1]
+    special = (originals == tokenizer.cls_id) | (originals == tokenizer.sep_id) | (originals == tokenizer.pad_id)
+    continuation &= ~special
     assert continuation.sum() > 50
     # A continuation piece is chosen exactly when the piece before it is (both belong to one word),
     # unless a segment was cut mid-word and the piece follows [SEP]: then it stands alone.
-    special = (originals == tokenizer.cls_id) | (originals == tokenizer.sep_id) | (originals == tokenizer.pad_id)
     follows = continuation[:, 1:] & ~special[:, :-1]
     assert torch.equal(chosen[:, 1:][follows], chosen[:, :-1][follows])
     assert chosen.sum() > 0

@@ -135,6 +135,28 @@ def test_tokenizer_round_trips_through_files(trained, tmp_path):
     assert [e.ids for e in from_vocab.encode_batch(texts)] == [e.ids for e in tokenizer.encode_batch(texts)]
 
 
+def test_gpt1_bpe_marks_word_ends_and_loads_in_transformers(tmp_path):
+    tokenizer = Tokenizer.train(texts=synthetic_corpus(), vocab_size=300, min_frequency=1, kind="bpe")
+    assert tokenizer.kind == "bpe"
+    tokens = tokenizer.tokenize("The cat sat on catsat")
+    assert tokens[:4] == ["the</w>", "cat</w>", "sat</w>", "on</w>"]
+    # an unseen word in pieces: only its last piece is marked
+    assert [t.endswith("</w>") for t in tokens[4:]] == [False] * (len(tokens) - 5) + [True] and len(tokens) > 5
+    assert "".join(tokens[4:]) == "catsat</w>"
+    text = "the cat sat on the mat naive tokenization"
+    assert tokenizer.decode(tokenizer.encode(text).ids) == text
+    assert set(tokenizer.word_end_ids()) == {i for t, i in tokenizer.backend.get_vocab().items() if t.endswith("</w>")}
+    with pytest.raises(BertforgeError, match="where words end"):
+        tokenizer.continuation_ids()
+    tokenizer.save_pretrained(str(tmp_path))
+    back = Tokenizer.from_pretrained(str(tmp_path))
+    assert back.kind == "bpe" and not (tmp_path / "vocab.txt").exists()
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    texts = synthetic_corpus(50, seed=3)
+    for a, b in zip(texts, reversed(texts)):
+        assert theirs(a, b)["input_ids"] == back.encode(a, b).ids == tokenizer.encode(a, b).ids
+
+
 def test_bad_vocabularies_are_explained(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nthe\n", encoding="utf-8")

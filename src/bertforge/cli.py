@@ -14,6 +14,7 @@ from .config import PRESETS
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
 OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt"]
+VOCAB_KINDS = ["wordpiece", "byte-bpe", "bpe"]  # tokenizer.KINDS
 from .errors import BertforgeError
 
 
@@ -23,10 +24,10 @@ def cmd_tokenizer_train(args) -> None:
     tokenizer = Tokenizer.train(
         files=args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
         lowercase=not args.cased, strip_accents=args.strip_accents, split_cjk=not args.no_cjk_split,
-        limit_alphabet=args.limit_alphabet, show_progress=True, kind="byte-bpe" if args.byte_bpe else "wordpiece",
+        limit_alphabet=args.limit_alphabet, show_progress=True, kind=args.kind,
     )
     tokenizer.save_pretrained(args.out)
-    kind = "byte-level BPE" if args.byte_bpe else "WordPiece"
+    kind = {"wordpiece": "WordPiece", "byte-bpe": "byte-level BPE", "bpe": "BPE (</w>)"}[args.kind]
     print(f"wrote a {tokenizer.vocab_size}-token {kind} vocabulary to {args.out}")
 
 
@@ -88,7 +89,7 @@ def cmd_pretrain(args) -> None:
     result = pretrain(
         args.corpus, args.out, objective=args.objective, generator_fraction=args.generator_fraction,
         preset=args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-        lowercase=not args.cased, byte_bpe=args.byte_bpe, max_seq_length=args.max_seq_length,
+        lowercase=not args.cased, vocab_kind=args.vocab_kind, max_seq_length=args.max_seq_length,
         batch_size=args.batch_size,
         short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
@@ -264,8 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--vocab-size", type=int, help="size of a vocabulary learned on the corpus (default: by its "
                      "size: 8,192 below 10 MB, 16,384 below 100 MB, else 30,522)")
     pre.add_argument("--cased", action="store_true", help="keep case when learning the vocabulary")
-    pre.add_argument("--byte-bpe", action="store_true",
-                     help="learn a byte-level BPE vocabulary (RoBERTa's) instead of WordPiece")
+    pre.add_argument("--vocab-kind", choices=VOCAB_KINDS,
+                     help="the vocabulary learned on the corpus: wordpiece (BERT's), byte-bpe (RoBERTa's), bpe "
+                          "(GPT-1's, with </w>); default bpe for --objective gpt, else wordpiece")
     budget = pre.add_argument_group("budget (at least one)")
     budget.add_argument("--steps", type=int, help="optimizer steps")
     budget.add_argument("--max-minutes", type=float, help="wall-clock minutes of training")
@@ -461,8 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="do not put spaces around CJK ideographs (default: split, as BERT)")
     train.add_argument("--limit-alphabet", type=int, default=None,
                        help="keep at most this many distinct characters (default: all)")
-    train.add_argument("--byte-bpe", action="store_true",
-                       help="learn RoBERTa's byte-level BPE instead of WordPiece (case kept unless lowercased)")
+    train.add_argument("--kind", choices=VOCAB_KINDS, default="wordpiece",
+                       help="wordpiece (BERT's, the default), byte-bpe (RoBERTa's; case kept unless lowercased), "
+                            "bpe (GPT-1's, marking word ends with </w>)")
     train.set_defaults(func=cmd_tokenizer_train)
     return parser
 

@@ -20,7 +20,7 @@ from .formats.hf import head_keys, load_into, parts, read_config, read_weights
 from .models.bert import Dropout
 from .objectives import BertPretraining, CausalLMPretraining, ElectraPretraining
 from .recipe import default_preset, pretraining_recipe, vocabulary_size
-from .tokenizer import Tokenizer
+from .tokenizer import KINDS, Tokenizer
 from .training.atomic import atomic_directory
 from .training.trainer import TrainOptions, distributed_setup, latest_checkpoint, train
 
@@ -91,7 +91,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
              short_seq_prob: float = 0.1, masking: MaskingOptions | None = None, layout: str = "auto",
              text_field: str = "text", cache_dir: str | None = None, eval_fraction: float = 0.02,
              resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
-             objective: str = "bert", generator_fraction: float = 0.25, byte_bpe: bool = False,
+             objective: str = "bert", generator_fraction: float = 0.25, vocab_kind: str | None = None,
              recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None,
              init: str | None = None) -> dict:
     """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
@@ -99,8 +99,8 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory
     `tokenizer`, or a new vocabulary of `vocab_size` (default: by the corpus's size, see
-    `recipe.vocabulary_size`) learned on the corpus (WordPiece, or with
-    `byte_bpe` RoBERTa's byte-level BPE).
+    `recipe.vocabulary_size`) learned on the corpus, of `vocab_kind` (`tokenizer.KINDS`; default
+    GPT-1's `</w>` BPE for gpt, WordPiece for the others).
 
     `init` continues pretraining an existing HF checkpoint of the objective's family (domain
     adaptation): its tokenizer, config and weights, a fresh optimizer, and the heads it lacks
@@ -140,6 +140,12 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
         raise BertforgeError("ModernBERT's positions are rotary: drop --positions absolute")
     if dropout is not None and not 0 <= dropout < 1:
         raise BertforgeError(f"dropout must be in [0, 1), got {dropout}")
+    if vocab_kind is not None and (tokenizer or init or resume):
+        raise BertforgeError("a vocabulary kind applies only to a vocabulary learned on the corpus: drop it, or drop "
+                             "--tokenizer/--init/--resume")
+    vocab_kind = vocab_kind or ("bpe" if objective == "gpt" else "wordpiece")
+    if vocab_kind not in KINDS:
+        raise BertforgeError(f"unknown vocabulary kind {vocab_kind!r}; choose one of {', '.join(KINDS)}")
     options = options or TrainOptions(out=out, lr=chosen.lr, warmup=chosen.warmup, betas=chosen.betas,
                                       schedule=chosen.schedule)
     options.out = out
@@ -172,7 +178,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
                 _log_vocabulary(vocab_size, size, options.progress)
             tok = Tokenizer.train(texts=corpus_sentences(files, layout, text_field), vocab_size=vocab_size,
                                   lowercase=lowercase, show_progress=options.progress,
-                                  kind="byte-bpe" if byte_bpe else "wordpiece")
+                                  kind=vocab_kind)
         if rank == 0:
             with atomic_directory(tokenizer_dir) as tmp:
                 tok.save_pretrained(tmp)

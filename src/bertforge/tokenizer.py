@@ -2,8 +2,10 @@
 
 Backed by Hugging Face's Rust `tokenizers` with BERT's own pipeline (BertNormalizer, BertPreTokenizer,
 WordPiece with `##` continuations), so that ids, token types and offsets equal `BertTokenizerFast`.
-RoBERTa's byte-level BPE (GPT-2's: every byte is a symbol, so nothing is ever unknown) is the other
-kind a vocabulary can be learned as; it keeps the same special tokens and input layout.
+Two BPE kinds can be learned instead, with the same special tokens and input layout: RoBERTa's
+byte-level BPE (GPT-2's: every byte is a symbol, so nothing is ever unknown), and GPT-1's BPE over
+BERT's lowercased words, which marks the last piece of each word with `</w>` (`the</w>`, `pretrain`
+`ing</w>`) rather than the continuing pieces.
 
 GPT-1 is fine-tuned through input transforms (Radford et al., 2018, section 3.3): three tokens added
 to its vocabulary frame every input, `_start_ text _classify_` and `_start_ a _delimiter_ b
@@ -27,7 +29,8 @@ from .errors import BertforgeError
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 TRUNCATION = ("longest_first", "only_first", "only_second")
-KINDS = ("wordpiece", "byte-bpe")
+KINDS = ("wordpiece", "byte-bpe", "bpe")
+END_OF_WORD = "</w>"
 # GPT-1's start, delimiter and extract tokens, named as in OpenAI's finetune-transformer-lm.
 START, DELIMITER, EXTRACT = "_start_", "_delimiter_", "_classify_"
 TRANSFORM_TOKENS = (START, DELIMITER, EXTRACT)
@@ -92,15 +95,26 @@ class Tokenizer:
 
     @property
     def kind(self) -> str:
-        return "byte-bpe" if isinstance(self.backend.model, BPE) else "wordpiece"
+        model = self.backend.model
+        if isinstance(model, BPE):
+            return "bpe" if model.end_of_word_suffix else "byte-bpe"
+        return "wordpiece"
 
     def continuation_ids(self) -> list[int]:
         """Ids of the pieces that continue a word rather than start one (whole-word masking, spans):
-        `##` pieces for WordPiece; for byte-level BPE, pieces not led by the space symbol `Ġ`."""
+        `##` pieces for WordPiece; for byte-level BPE, pieces not led by the space symbol `Ġ`. GPT-1's
+        BPE marks word ends instead (`word_end_ids`): whether a piece starts a word depends on the one
+        before it."""
         vocab = self.backend.get_vocab()
+        if self.kind == "bpe":
+            raise BertforgeError("a </w> BPE marks where words end, not which pieces continue one")
         if self.kind == "wordpiece":
             return [i for token, i in vocab.items() if token.startswith("##")]
         return [i for token, i in vocab.items() if not token.startswith("\u0120") and i not in self.special_ids]
+
+    def word_end_ids(self) -> list[int]:
+        """Ids of GPT-1 BPE pieces that end a word (`...</w>`)."""
+        return [i for token, i in self.backend.get_vocab().items() if token.endswith(END_OF_WORD)]
 
     def with_input_transforms(self) -> "Tokenizer":
         """This vocabulary plus GPT-1's three transform tokens (appended, so every other id stays),
@@ -134,14 +148,22 @@ class Tokenizer:
         backend.decoder = decoders.ByteLevel()
         return backend
 
+    @staticmethod
+    def _word_bpe_pipeline(model: BPE, lowercase: bool, strip_accents: bool | None, split_cjk: bool) -> Backend:
+        # BERT's normaliser and word splitting (what `transformers`' OpenAIGPTTokenizer falls back to
+        # without spaCy), then BPE inside each word.
+        backend = Tokenizer._pipeline(model, lowercase, strip_accents, split_cjk)
+        backend.decoder = decoders.BPEDecoder(suffix=END_OF_WORD)
+        return backend
+
     @classmethod
     def train(cls, files: Iterable[str | os.PathLike] = (), texts: Iterable[str] = (), vocab_size: int = 30522,
               min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
               split_cjk: bool = True, limit_alphabet: int | None = None,
               show_progress: bool = False, kind: str = "wordpiece") -> "Tokenizer":
-        """Learn a vocabulary from text `files` and/or an iterable of `texts`: WordPiece, or with
+        """Learn a vocabulary from text `files` and/or an iterable of `texts`: WordPiece; with
         `kind="byte-bpe"` RoBERTa's byte-level BPE (cased unless `lowercase`; the accent and CJK
-        options are WordPiece's).
+        options are WordPiece's); with `kind="bpe"` GPT-1's BPE with `</w>` on BERT's words.
 
         `limit_alphabet=None` keeps
         every character seen, so that scripts with many characters (Hangul, Han) are not reduced
@@ -154,6 +176,13 @@ class Tokenizer:
             trainer = trainers.BpeTrainer(
                 vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=show_progress)
+        elif kind == "bpe":
+            backend = cls._word_bpe_pipeline(BPE(unk_token=UNK, end_of_word_suffix=END_OF_WORD),
+                                             lowercase, strip_accents, split_cjk)
+            options = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
+            trainer = trainers.BpeTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+                end_of_word_suffix=END_OF_WORD, show_progress=show_progress, **options)
         else:
             backend = cls._pipeline(WordPiece(unk_token=UNK, max_input_chars_per_word=100),
                                     lowercase, strip_accents, split_cjk)
@@ -224,10 +253,11 @@ class Tokenizer:
         except Exception as e:  # the Rust library raises a bare Exception on malformed files
             raise BertforgeError(f"{tokenizer_json}: not a valid tokenizer file ({e})") from None
         byte_level = isinstance(backend.model, BPE) and isinstance(backend.pre_tokenizer, pre_tokenizers.ByteLevel)
-        if not isinstance(backend.model, WordPiece) and not byte_level:
-            raise BertforgeError(f"{tokenizer_json}: a {type(backend.model).__name__} model; only WordPiece and "
-                                 "byte-level BPE are supported")
-        if byte_level:  # the saved post-processor is rebuilt by the constructor
+        word_bpe = isinstance(backend.model, BPE) and bool(backend.model.end_of_word_suffix)
+        if not isinstance(backend.model, WordPiece) and not byte_level and not word_bpe:
+            raise BertforgeError(f"{tokenizer_json}: a {type(backend.model).__name__} model; only WordPiece, "
+                                 "byte-level BPE and BPE with an end-of-word suffix are supported")
+        if byte_level or word_bpe:  # the saved post-processor is rebuilt by the constructor
             backend.post_processor = None
         try:
             return cls(backend, lowercase, strip_accents, split_cjk, max_length)
@@ -245,7 +275,7 @@ class Tokenizer:
         self.backend.save(os.path.join(directory, "tokenizer.json"))
         specials = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
         config = {
-            # A byte-level BPE with BERT's special tokens is no HF slow class, and GPT-1's input
+            # A BPE with BERT's special tokens is no HF slow class, and GPT-1's input
             # transforms live in tokenizer.json's post-processor: the generic fast tokenizer reads
             # tokenizer.json as it is.
             "tokenizer_class": "BertTokenizer" if self.kind == "wordpiece" and not self.transforms

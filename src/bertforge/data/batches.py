@@ -99,9 +99,14 @@ class PretrainingData:
         special = np.zeros(tokenizer.vocab_size, dtype=bool)
         special[list(tokenizer.special_ids)] = True
         self.random_ids = torch.from_numpy(np.flatnonzero(~special))
-        continuation = np.zeros(tokenizer.vocab_size, dtype=bool)
-        continuation[tokenizer.continuation_ids()] = True
-        self.continuation = torch.from_numpy(continuation)
+        # Word starts, for whole-word and span masking: WordPiece and byte-level BPE mark the pieces
+        # that continue a word; GPT-1's BPE marks the piece that ends one, so a word starts after it.
+        self.marks_ends = tokenizer.kind == "bpe"
+        marked = np.zeros(tokenizer.vocab_size, dtype=bool)
+        marked[tokenizer.word_end_ids() if self.marks_ends else tokenizer.continuation_ids()] = True
+        if self.marks_ends:
+            marked |= special
+        self.marked = torch.from_numpy(marked)
         self.train_documents, self.eval_documents = split_documents(shards.num_documents, eval_fraction, seed)
         self._epoch_cache: tuple[int, np.ndarray, np.ndarray | None] | None = None
 
@@ -199,7 +204,11 @@ class PretrainingData:
                     for rows, width in zip(mine.chunk(self.accum), widths)]
         maskable = (attention_mask == 1) & (input_ids != self.cls_id) & (input_ids != self.sep_id)
         m = masking or self.masking
-        word_starts = ~self.continuation[input_ids]
+        if self.marks_ends:
+            word_starts = torch.ones_like(input_ids, dtype=torch.bool)
+            word_starts[:, 1:] = self.marked[input_ids[:, :-1]]
+        else:
+            word_starts = ~self.marked[input_ids]
         spans = None
         if m.scheme == "token":
             generator = torch.Generator().manual_seed(_seed_int(seed))
