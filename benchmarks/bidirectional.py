@@ -1,0 +1,174 @@
+"""BERT's central claim, measured: a bidirectional encoder (BERT, masked LM) against a left-to-right
+decoder (GPT-1, next-token LM) of the same size, pretrained on the same Gutenberg corpus with the
+same vocabulary for the same wall-clock budget, then fine-tuned with one recipe on SST-2, MRPC,
+RTE, CoNLL-2003 and a SWAG-style multiple-choice set; each against its own architecture randomly
+initialised.
+
+    python benchmarks/bidirectional.py [--minutes 12] [--seeds 0 1] [--out runs/bench-bidirectional]
+
+Each model pretrains with `bertforge pretrain`'s defaults for its objective (the small-budget
+recipe: BERT with rotary positions, MLM + NSP; GPT-1 with learned positions at half the learning
+rate) once, with seed 0, on bert-base-uncased's WordPiece vocabulary (shared, so the vocabulary is
+not what differs). Fine-tuning uses `bertforge finetune`'s defaults (GPT-1's input transforms and
+its auxiliary LM loss at 0.5) with the same epochs, batch and length for both, once per --seeds;
+the table gives the mean and each seed, each score the best dev epoch.
+
+The multiple-choice set is built from SQuAD v1.1 dev (Wikipedia, which neither model pretrained
+on): the context is a sentence, the four endings are the sentence that follows it and three other
+sentences of the same article; articles 0-37 train (4,000 examples), 38-47 are the dev set.
+
+Needs ../shared/data (developers and CI machines only). Not part of the tests. Commands are printed;
+results.json keeps every run as it comes and a later call skips what it holds; table.md gets the table.
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+from family import DATA, records, run, subsets
+
+MODELS = {"bert": "bert", "gpt": "gpt"}  # name: --objective
+TASKS = {  # name: (--task, train, dev, metric, settings)
+    "sst2": ("sst2", "WORK/sst2-train-10k.tsv", "glue/SST-2/dev.tsv", "accuracy",
+             ["--epochs", "2", "--batch-size", "32", "--max-seq-length", "64"]),
+    "mrpc": ("mrpc", "glue/MRPC/train.tsv", "glue/MRPC/dev.tsv", "f1",
+             ["--epochs", "3", "--batch-size", "32", "--max-seq-length", "128"]),
+    "rte": ("rte", "glue/RTE/train.tsv", "glue/RTE/dev.tsv", "accuracy",
+            ["--epochs", "3", "--batch-size", "32", "--max-seq-length", "128"]),
+    "conll": ("ner", "WORK/conll-train-5k.txt", "conll2003/valid.txt", "f1",
+              ["--epochs", "3", "--batch-size", "32", "--max-seq-length", "128"]),
+    "choice": ("multiple-choice", "WORK/choice-train.jsonl", "WORK/choice-dev.jsonl", "accuracy",
+               ["--epochs", "2", "--batch-size", "16", "--max-seq-length", "96"]),
+}
+
+
+def choice_sets(work: str) -> None:
+    """Next-sentence multiple choice from SQuAD dev's paragraphs (see the module's docstring)."""
+    from bertforge.data.corpus import split_sentences
+
+    with open(os.path.join(DATA, "squad", "dev-v1.1.json"), encoding="utf-8") as f:
+        articles = json.load(f)["data"]
+    rng = random.Random(0)
+    for name, chosen, limit in (("train", articles[:38], 4000), ("dev", articles[38:], None)):
+        examples = []
+        for article in chosen:
+            sentences = [split_sentences(p["context"]) for p in article["paragraphs"]]
+            flat = [s for paragraph in sentences for s in paragraph]
+            for paragraph in sentences:
+                for first, second in zip(paragraph, paragraph[1:]):
+                    others = [s for s in flat if s not in (first, second)]
+                    if len(others) < 3:
+                        continue
+                    endings = [second, *rng.sample(others, 3)]
+                    rng.shuffle(endings)
+                    examples.append({"context": first, "choices": endings, "label": endings.index(second)})
+        rng.shuffle(examples)
+        with open(os.path.join(work, f"choice-{name}.jsonl"), "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(e) + "\n" for e in examples[:limit])
+
+
+def random_init(pretrained: str, out: str, seed: int) -> None:
+    """The pretrained model's architecture and tokenizer, randomly initialised, never pretrained."""
+    subprocess.run([sys.executable, "-c",
+                    "import torch; from bertforge import Tokenizer, save_pretrained; "
+                    "from bertforge.formats.hf import read_config; from bertforge.models import encoder; "
+                    f"torch.manual_seed({seed}); config = read_config({pretrained!r}); "
+                    f"save_pretrained(encoder(config), {out!r}, Tokenizer.from_pretrained({pretrained!r}))"],
+                   check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=12.0, help="pretraining budget of each model")
+    parser.add_argument("--out", default="runs/bench-bidirectional")
+    parser.add_argument("--preset", default="bert-mini")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    args = parser.parse_args()
+    corpus = os.path.join(DATA, "corpus", "gutenberg")
+    if not os.path.isdir(corpus):
+        sys.exit(f"needs the shared corpus at {corpus}")
+    work = os.path.abspath(args.out)
+    os.makedirs(work, exist_ok=True)
+    subsets(work)
+    choice_sets(work)
+    tokenizer, cache = os.path.join(work, "tokenizer"), os.path.join(work, "cache")
+    subprocess.run([sys.executable, "-c", f"from bertforge import Tokenizer; Tokenizer.from_vocab("
+                    f"{os.path.join(DATA, 'bert', 'vocab.txt')!r}).save_pretrained({tokenizer!r})"], check=True)
+    saved = os.path.join(work, "results.json")
+    results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}
+
+    def keep():
+        with open(saved, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+
+    for name, objective in MODELS.items():
+        run_dir = os.path.join(work, name)
+        if f"{name} pretraining" not in results:
+            minutes = run([sys.executable, "-m", "bertforge.cli", "pretrain", "--objective", objective,
+                           "--corpus", corpus, "--out", run_dir, "--preset", args.preset, "--tokenizer", tokenizer,
+                           "--cache-dir", cache, "--max-minutes", str(args.minutes), "--seed", "0",
+                           "--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--quiet"])
+            logged = records(run_dir)
+            train = [r for r in logged if "loss" in r]
+            results[f"{name} pretraining"] = {
+                "steps": train[-1]["step"], "pretrain_minutes": round(train[-1]["elapsed_s"] / 60, 1),
+                "wall_minutes": round(minutes, 1),
+                "tokens_per_s": round(float(np.mean([r["tokens_per_s"] for r in train[1:]]))),
+                "held_out": [r for r in logged if r.get("eval")][-1]["eval"]}
+            keep()
+        for seed in args.seeds:
+            random_model = os.path.join(work, f"{name}-random-s{seed}")
+            if not os.path.isdir(random_model):
+                random_init(os.path.join(run_dir, "model"), random_model, seed)
+            for start, model in (("pretrained", os.path.join(run_dir, "model")), ("random", random_model)):
+                for task in args.tasks:
+                    key = f"{name} {start} {task} seed={seed}"
+                    if key in results:
+                        continue
+                    kind, train_file, dev, metric, settings = TASKS[task]
+                    out = os.path.join(work, "finetune", f"{name}-{start}-s{seed}", task)
+                    minutes = run([sys.executable, "-m", "bertforge.cli", "finetune", "--task", kind,
+                                   "--train", path(train_file, work), "--dev", path(dev, work), "--model", model,
+                                   "--out", out, "--seed", str(seed), "--quiet", *settings])
+                    evals = [r["eval"] for r in records(out) if r.get("eval")]
+                    results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
+                    keep()
+    table = summary(results, args.tasks)
+    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+def path(name: str, work: str) -> str:
+    return os.path.join(work, name.removeprefix("WORK/")) if name.startswith("WORK/") else os.path.join(DATA, name)
+
+
+def summary(results: dict, tasks: list[str]) -> str:
+    """One row per model and start: pretraining figures, then each task's mean over the seeds."""
+    header = {"sst2": "SST-2 acc", "mrpc": "MRPC F1", "rte": "RTE acc", "conll": "CoNLL F1", "choice": "next-sentence choice acc"}
+    lines = ["| model | start | tokens/s | steps | held-out loss (accuracy) | " + " | ".join(header[t] for t in tasks) + " |",
+             "|---" * (5 + len(tasks)) + "|"]
+    for name in MODELS:
+        pre = results.get(f"{name} pretraining")
+        for start in ("pretrained", "random"):
+            cells = []
+            for task in tasks:
+                scores = [r["score"] for key, r in sorted(results.items()) if key.startswith(f"{name} {start} {task} ")]
+                each = "/".join(f"{s:.1f}" for s in scores)
+                cells.append(f"{np.mean(scores):.1f} ({each})" if scores else "-")
+            speed = steps = loss = "-"
+            if pre and start == "pretrained":
+                term = "lm" if name == "gpt" else "mlm"
+                speed, steps = f"{pre['tokens_per_s']:,}", str(pre["steps"])
+                loss = f"{term.upper()} {pre['held_out'][f'{term}_loss']:.2f} ({100 * pre['held_out'][f'{term}_accuracy']:.1f}%)"
+            lines.append(f"| {name.upper()} | {start} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
