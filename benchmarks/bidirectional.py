@@ -15,7 +15,7 @@ the table gives the mean and each seed, each score the best dev epoch.
 
 The multiple-choice set is built from SQuAD v1.1 dev (Wikipedia, which neither model pretrained
 on): the context is a sentence, the four endings are the sentence that follows it and three other
-sentences of the same article; articles 0-37 train (4,000 examples), 38-47 are the dev set.
+sentences of the same article; articles 0-37 train (2,000 examples), 38-47 are the dev set.
 
 Needs ../shared/data (developers and CI machines only). Not part of the tests. Commands are printed;
 results.json keeps every run as it comes and a later call skips what it holds; table.md gets the table.
@@ -53,7 +53,7 @@ def choice_sets(work: str) -> None:
     with open(os.path.join(DATA, "squad", "dev-v1.1.json"), encoding="utf-8") as f:
         articles = json.load(f)["data"]
     rng = random.Random(0)
-    for name, chosen, limit in (("train", articles[:38], 4000), ("dev", articles[38:], None)):
+    for name, chosen, limit in (("train", articles[:38], 2000), ("dev", articles[38:], None)):
         examples = []
         for article in chosen:
             sentences = [split_sentences(p["context"]) for p in article["paragraphs"]]
@@ -150,9 +150,10 @@ def path(name: str, work: str) -> str:
 
 def summary(results: dict, tasks: list[str]) -> str:
     """One row per model and start: pretraining figures, then each task's mean over the seeds."""
-    header = {"sst2": "SST-2 acc", "mrpc": "MRPC F1", "rte": "RTE acc", "conll": "CoNLL F1", "choice": "next-sentence choice acc"}
-    lines = ["| model | start | tokens/s | steps | held-out loss (accuracy) | " + " | ".join(header[t] for t in tasks) + " |",
-             "|---" * (5 + len(tasks)) + "|"]
+    header = {"sst2": "SST-2 acc", "mrpc": "MRPC F1", "rte": "RTE acc", "conll": "CoNLL F1",
+              "choice": "next-sentence choice acc"}
+    lines = ["| model | start | tokens/s | steps | held-out loss (accuracy) | "
+             + " | ".join(header[t] for t in tasks) + " |", "|---" * (5 + len(tasks)) + "|"]
     for name in MODELS:
         pre = results.get(f"{name} pretraining")
         for start in ("pretrained", "random"):
@@ -165,7 +166,8 @@ def summary(results: dict, tasks: list[str]) -> str:
             if pre and start == "pretrained":
                 term = "lm" if name == "gpt" else "mlm"
                 speed, steps = f"{pre['tokens_per_s']:,}", str(pre["steps"])
-                loss = f"{term.upper()} {pre['held_out'][f'{term}_loss']:.2f} ({100 * pre['held_out'][f'{term}_accuracy']:.1f}%)"
+                held = pre["held_out"]
+                loss = f"{term.upper()} {held[f'{term}_loss']:.2f} ({100 * held[f'{term}_accuracy']:.1f}%)"
             lines.append(f"| {name.upper()} | {start} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -85,8 +85,7 @@ def main() -> None:
     # One vocabulary for every run, so that only the named setting changes.
     args.tokenizer = os.path.join(args.out, "tokenizer")
     if not os.path.isdir(args.tokenizer):
-        from bertforge.data.corpus import find_files
-        from bertforge.pretrain import corpus_sentences
+        from bertforge.data.corpus import corpus_sentences, find_files
         from bertforge.tokenizer import Tokenizer
 
         Tokenizer.train(texts=corpus_sentences(find_files(corpus), "prose"), vocab_size=args.vocab_size,

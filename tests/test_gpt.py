@@ -152,7 +152,7 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
 
     for command, message in ((["generate", str(model), "  "], "the prompt is empty"),
                              (["generate", str(model), "alpha", "--do-sample", "--temperature", "0"], "temperature"),
-                             (["generate", str(model), "alpha", "--top-p", "1.5"], "top_p"),
+                             (["generate", str(model), "alpha", "--top-p", "1.5"], "--top-p"),
                              (["fill-mask", str(model), "alpha [MASK]"], "no masked-LM head"),
                              (["evaluate-lm", str(model), str(tmp_path / "corpus")], "left-to-right")):
         assert main(command) == 2

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from .checks import check_options
 from .config import PRESETS
+from .errors import BertforgeError
 
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
 OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt"]
 VOCAB_KINDS = ["wordpiece", "byte-bpe", "bpe"]  # tokenizer.KINDS
-from .errors import BertforgeError
 
 
 def cmd_tokenizer_train(args) -> None:
@@ -179,13 +181,10 @@ def cmd_predict(args) -> None:
 
 def cmd_embed(args) -> None:
     from .embed import embed, write_embeddings
+    from .tasks.common import read_text
     from .tokenizer import Tokenizer
 
-    if args.input:
-        with open(args.input, encoding="utf-8") as f:
-            texts = [line.rstrip("\n") for line in f if line.strip()]
-    else:
-        texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    texts = [line.rstrip("\r") for line in read_text(args.input).split("\n") if line.strip()]
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
     layers = int(args.layers) if args.layers.lstrip("-").isdigit() else args.layers
@@ -222,6 +221,8 @@ def _bool(text: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end.")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    parser.add_argument("--version", action="version", version=f"bertforge {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="pretrain a small BERT on Shakespeare and try it (no arguments needed)",
@@ -467,23 +468,60 @@ def build_parser() -> argparse.ArgumentParser:
                        help="wordpiece (BERT's, the default), byte-bpe (RoBERTa's; case kept unless lowercased), "
                             "bpe (GPT-1's, marking word ends with </w>)")
     train.set_defaults(func=cmd_tokenizer_train)
+    # --debug after the command too; SUPPRESS so that a command's default does not undo one given before it
+    for command in [*commands.choices.values(), *tokenizer_commands.choices.values()]:
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_options(vars(args), args.command)
+        for name in ("model", "init"):  # a run directory stands for the model it wrote
+            if getattr(args, name, None):
+                setattr(args, name, model_directory(args.__dict__[name]))
         args.func(args)
-    except BertforgeError as e:
-        print(f"bertforge: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)
         return 130
-    except OSError as e:  # disk full, permissions: say which file, without a traceback
-        print(f"bertforge: error: {e}", file=sys.stderr)
-        return 1
+    except BrokenPipeError:  # `bertforge predict ... | head`: the reader left; nothing to say
+        sys.stderr.close()
+        return 0
+    except Exception as e:  # the one error boundary: one line and exit 2, a traceback only with --debug
+        if getattr(args, "debug", False):
+            raise
+        print(f"bertforge: error: {describe(e)}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:  # the installed package's, without importing torch as `bertforge.__version__` would
+        return version("bertforge")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def model_directory(path: str) -> str:
+    """`path`, or `path/model` when `path` is the output folder of `pretrain` or `finetune`."""
+    if not os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "model",
+                                                                                             "config.json")):
+        return os.path.join(path, "model")
+    return path
+
+
+def describe(e: Exception) -> str:
+    """One line for any exception: ours as written; a file system error with its file; anything
+    else (a native library, a bug) with its type and the hint to see more."""
+    if isinstance(e, BertforgeError):
+        return str(e)
+    if isinstance(e, OSError) and e.filename:
+        return f"{e.filename}: {e.strerror or e}"
+    message = " ".join(str(e).split()) or "no message"
+    return f"{type(e).__name__}: {message} (--debug shows where)"
 
 
 if __name__ == "__main__":

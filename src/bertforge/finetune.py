@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 
 import torch
 
+from .checks import check
 from .config import GPTConfig
 from .errors import BertforgeError
 from .formats.hf import load_into, load_pretrained, read_config
 from .recipe import finetuning_lr
 from .tasks import task_from_config
-from .tasks.common import FinetuneData, lm_count
+from .tasks.common import FinetuneData, lm_count, read_text
 from .tokenizer import Tokenizer
+from .training.atomic import atomic_file
 from .training.trainer import TrainOptions, distributed_setup, train
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
@@ -33,10 +36,11 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     GPT-1 is fine-tuned through its input transforms (three tokens added to the vocabulary) with
     the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
     """
+    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
+                        ("eval_every", eval_every), ("lm_weight", lm_weight)):
+        check(name, value)
     base = read_config(model)
     gpt = isinstance(base, GPTConfig)
-    if lm_weight is not None and not (lm_weight >= 0):
-        raise BertforgeError(f"the auxiliary LM weight must be 0 or more, got {lm_weight}")
     if lm_weight and not gpt:
         raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
     lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if gpt else 0.0
@@ -144,7 +148,7 @@ def predict(directory: str, input_file: str | None, output_file: str | None, bat
     model, task, tokenizer = load_finetuned(directory)
     names = _label_names(model)
     if input_file is None:
-        examples = task.from_lines([line.rstrip("\n") for line in sys.stdin if line.strip()])
+        examples = task.from_lines([line.rstrip("\r") for line in read_text(None).split("\n") if line.strip()])
     else:
         examples = task.read(input_file, with_labels=False)
     if not examples:
@@ -154,11 +158,10 @@ def predict(directory: str, input_file: str | None, output_file: str | None, bat
         print(task.truncation_message(cut, len(examples)), file=sys.stderr)
     with torch.no_grad():
         outputs = task.outputs(task.predict(model, features, batch_size), names, examples, features)
-    stream = open(output_file, "w", encoding="utf-8") if output_file else sys.stdout
-    try:
+    if output_format == "conll" and not hasattr(task, "write_conll"):
+        raise BertforgeError("CoNLL output is for tagging models")
+    with atomic_file(output_file) if output_file else contextlib.nullcontext(sys.stdout) as stream:
         if output_format == "conll":
-            if not hasattr(task, "write_conll"):
-                raise BertforgeError("CoNLL output is for tagging models")
             task.write_conll(stream, examples, outputs)
         elif isinstance(outputs, dict):  # SQuAD's official prediction file: {question id: answer}
             json.dump(outputs, stream, ensure_ascii=False, indent=1)
@@ -166,7 +169,4 @@ def predict(directory: str, input_file: str | None, output_file: str | None, bat
         else:
             for output in outputs:
                 stream.write(json.dumps(output, ensure_ascii=False) + "\n")
-    finally:
-        if output_file:
-            stream.close()
     return len(examples)

@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+from .checks import POSITIVE, check
 from .config import GPTConfig
 from .errors import BertforgeError
 from .formats.hf import load_pretrained, read_config
@@ -17,15 +18,12 @@ from .tokenizer import Tokenizer
 
 
 def check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int, top_p: float) -> None:
-    if max_new_tokens < 1:
-        raise BertforgeError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    if do_sample and not temperature > 0:
-        raise BertforgeError(f"temperature must be above 0 when sampling, got {temperature} (greedy decoding "
+    check("max_new_tokens", max_new_tokens)
+    check("top_k", top_k)
+    check("top_p", top_p)
+    if do_sample and not POSITIVE.holds(temperature):  # greedy decoding ignores it
+        raise BertforgeError(f"--temperature must be above 0 when sampling, got {temperature} (greedy decoding "
                              "needs no temperature: drop --do-sample)")
-    if top_k < 0:
-        raise BertforgeError(f"top_k must be 0 (off) or more, got {top_k}")
-    if not 0 < top_p <= 1:
-        raise BertforgeError(f"top_p must be in (0, 1], got {top_p}")
 
 
 def filtered(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from .checks import check
 from .config import gpt_preset, modernbert_preset
 from .config import preset as size_preset
 from .data.batches import MaskingOptions, PretrainingData
-from .data.corpus import FileReport, find_files, read_units, split_sentences
-from .data.shards import build_shards
+from .data.corpus import corpus_sentences, find_files
+from .data.shards import build_shards, shard_key
 from .errors import BertforgeError
 from .formats.hf import head_keys, load_into, parts, read_config, read_weights
 from .models.bert import Dropout
@@ -79,13 +80,6 @@ def masking_options(name: str, **given) -> MaskingOptions:
     return MaskingOptions(**{**OBJECTIVES[name].masking, **{k: v for k, v in given.items() if v is not None}})
 
 
-def corpus_sentences(files: list[str], layout: str = "auto", text_field: str = "text"):
-    """Every sentence of the corpus, read as the shard builder reads it (for vocabulary training)."""
-    for path in files:
-        for _, text, is_paragraph in read_units(path, FileReport(path), layout, text_field):
-            yield from (split_sentences(text) if is_paragraph else [text])
-
-
 def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None = None, vocab_size: int | None = None,
              lowercase: bool = True, max_seq_length: int = 128, batch_size: int | None = None,
              short_seq_prob: float = 0.1, masking: MaskingOptions | None = None, layout: str = "auto",
@@ -118,6 +112,10 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     """
     if objective not in OBJECTIVES:
         raise BertforgeError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    for name, value in (("vocab_size", vocab_size), ("max_seq_length", max_seq_length), ("batch_size", batch_size),
+                        ("short_seq_prob", short_seq_prob), ("eval_fraction", eval_fraction),
+                        ("generator_fraction", generator_fraction), ("dropout", dropout)):
+        check(name, value)
     terms = OBJECTIVES[objective].terms
     if init:
         start, terms = continued(init, objective, tokenizer, positions)
@@ -138,8 +136,6 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
                              f"rotary {recipe.model_type}); use --positions absolute")
     if positions == "absolute" and recipe.model_type == "modernbert":
         raise BertforgeError("ModernBERT's positions are rotary: drop --positions absolute")
-    if dropout is not None and not 0 <= dropout < 1:
-        raise BertforgeError(f"dropout must be in [0, 1), got {dropout}")
     if vocab_kind is not None and (tokenizer or init or resume):
         raise BertforgeError("a vocabulary kind applies only to a vocabulary learned on the corpus: drop it, or drop "
                              "--tokenizer/--init/--resume")
@@ -151,8 +147,6 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     options.out = out
     masking = masking or masking_options(objective, mask_prob=chosen.mask_prob)
     batch_size = batch_size or recipe.batch_size
-    if batch_size < 1 or not 0 <= eval_fraction < 1:
-        raise BertforgeError("batch_size must be positive and eval_fraction in [0, 1)")
     rank, world, _ = distributed_setup()
     files = find_files(corpus)
     run_config = {
@@ -286,6 +280,12 @@ def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Toke
     if tokenizer and Tokenizer.from_pretrained(tokenizer).backend.get_vocab() != tok.backend.get_vocab():
         raise BertforgeError(f"{tokenizer}: not the tokenizer the run in {out} was trained with; "
                              "drop --tokenizer to resume with the run's own")
+    # The same paths may hold other text now: the shards' key (file sizes and modification times,
+    # the tokenizer, the layout) must be the one the run was built from.
+    key = shard_key(run_config["corpus"], tok, run_config["layout"], run_config["text_field"])
+    if saved.get("shards") and os.path.basename(saved["shards"]) != key:
+        raise BertforgeError(f"{out}: the corpus files changed since the run began (sizes or modification times "
+                             "differ), so resuming would train on a different stream; restore them or start a new run")
     return tok
 
 

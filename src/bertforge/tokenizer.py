@@ -14,17 +14,23 @@ _classify_`. A vocabulary holding them encodes that way (`with_input_transforms`
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
+import shutil
+import tempfile
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors, trainers
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, WordPiece
 
+from .data.corpus import corpus_sentences, find_files
 from .errors import BertforgeError
+from .training.atomic import raise_naming
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -161,7 +167,8 @@ class Tokenizer:
               min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
               split_cjk: bool = True, limit_alphabet: int | None = None,
               show_progress: bool = False, kind: str = "wordpiece") -> "Tokenizer":
-        """Learn a vocabulary from text `files` and/or an iterable of `texts`: WordPiece; with
+        """Learn a vocabulary from the text in `files` (files, folders, globs; read as `pretrain`
+        reads its corpus) and/or an iterable of `texts`: WordPiece; with
         `kind="byte-bpe"` RoBERTa's byte-level BPE (cased unless `lowercase`; the accent and CJK
         options are WordPiece's); with `kind="bpe"` GPT-1's BPE with `</w>` on BERT's words.
 
@@ -192,10 +199,9 @@ class Tokenizer:
                 continuing_subword_prefix="##", show_progress=show_progress, **options,
             )
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
-        for path in files:
-            if not os.path.isfile(path):
-                raise BertforgeError(f"{path}: no such file")
-        backend.train_from_iterator(_texts(files, texts), trainer=trainer)
+        # The corpus read as pretraining reads it: folders and globs, .gz, repairs, binary refused.
+        sentences = corpus_sentences(find_files(files)) if files else iter(())
+        backend.train_from_iterator(itertools.chain(sentences, texts), trainer=trainer)
         return cls(backend, lowercase, strip_accents, split_cjk)
 
     @classmethod
@@ -234,12 +240,20 @@ class Tokenizer:
         `tokenizer_config.json` (what `BertTokenizerFast` itself rebuilds from), else `tokenizer.json`."""
         if not os.path.isdir(directory):
             raise BertforgeError(f"{directory}: no such directory")
-        settings = _read_json(os.path.join(directory, "tokenizer_config.json"), default={})
+        config_path = os.path.join(directory, "tokenizer_config.json")
+        settings = _read_json(config_path, default={})
+        if not isinstance(settings, dict):
+            raise BertforgeError(f"{config_path}: expected a JSON object")
+        for key, allowed in (("do_lower_case", (bool,)), ("strip_accents", (bool, type(None))),
+                             ("tokenize_chinese_chars", (bool,))):
+            if key in settings and not isinstance(settings[key], allowed):
+                raise BertforgeError(f"{config_path}: {key} must be true or false, got {settings[key]!r}")
         lowercase = settings.get("do_lower_case", True)
         strip_accents = settings.get("strip_accents")
         split_cjk = settings.get("tokenize_chinese_chars", True)
         max_length = settings.get("model_max_length", 512)
-        if not isinstance(max_length, int) or max_length > 1_000_000:  # HF writes 1e30 for "unset"
+        # HF writes 1e30 for "unset"; anything not a sensible positive integer means the same
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or not 0 < max_length <= 1_000_000:
             max_length = 512
         vocab_txt = os.path.join(directory, "vocab.txt")
         if os.path.exists(vocab_txt):
@@ -266,13 +280,9 @@ class Tokenizer:
 
     def save_pretrained(self, directory: str) -> None:
         """Write `vocab.txt` (WordPiece only), `tokenizer.json`, `tokenizer_config.json`,
-        `special_tokens_map.json`."""
+        `special_tokens_map.json`: all written first under temporary names, then renamed into
+        place, so that a failure (a full disk) leaves the files that were there as they were."""
         os.makedirs(directory, exist_ok=True)
-        if self.kind == "wordpiece":
-            vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
-            with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-                f.writelines(token + "\n" for token, _ in vocab)
-        self.backend.save(os.path.join(directory, "tokenizer.json"))
         specials = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
         config = {
             # A BPE with BERT's special tokens is no HF slow class, and GPT-1's input
@@ -287,10 +297,32 @@ class Tokenizer:
             "clean_up_tokenization_spaces": True,
             **specials,
         }
-        for name, content in (("tokenizer_config.json", config), ("special_tokens_map.json", specials)):
-            with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
-                json.dump(content, f, indent=2, ensure_ascii=False)
-                f.write("\n")
+        for leftover in os.listdir(directory):  # a killed earlier save's
+            if leftover.startswith(".tokenizer.tmp-"):
+                shutil.rmtree(os.path.join(directory, leftover), ignore_errors=True)
+        staging = tempfile.mkdtemp(prefix=".tokenizer.tmp-", dir=directory)
+        try:
+            if self.kind == "wordpiece":
+                vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
+                with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
+                    f.writelines(token + "\n" for token, _ in vocab)
+            self.backend.save(os.path.join(staging, "tokenizer.json"))
+            for name, content in (("tokenizer_config.json", config), ("special_tokens_map.json", specials)):
+                with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
+                    json.dump(content, f, indent=2, ensure_ascii=False)
+                    f.write("\n")
+            for name in os.listdir(staging):
+                with open(os.path.join(staging, name), "rb") as f:
+                    os.fsync(f.fileno())
+            for name in os.listdir(staging):
+                os.replace(os.path.join(staging, name), os.path.join(directory, name))
+            if self.kind != "wordpiece":  # a WordPiece saved here before would be read instead
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(directory, "vocab.txt"))
+        except Exception as e:
+            raise_naming(directory, e)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     # ---- use ------------------------------------------------------------------------------------
 
@@ -377,15 +409,6 @@ def _convert(e) -> Encoding:
     )
 
 
-def _texts(files: list, texts: Iterable[str]) -> Iterator[str]:
-    for path in files:
-        # errors="replace" so that one bad byte does not stop vocabulary training;
-        # the corpus reader reports such repairs when pretraining.
-        with open(path, encoding="utf-8", errors="replace") as f:
-            yield from f
-    yield from texts
-
-
 def _read_json(path: str, default=None):
     if not os.path.exists(path):
         return default
@@ -394,3 +417,7 @@ def _read_json(path: str, default=None):
             return json.load(f)
     except json.JSONDecodeError as e:
         raise BertforgeError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except UnicodeDecodeError as e:
+        raise BertforgeError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise BertforgeError(f"{path}: cannot read ({e.strerror or e})") from None

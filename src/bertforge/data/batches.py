@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..checks import RATE, check
 from ..errors import BertforgeError
 from ..tokenizer import Tokenizer
 from .instances import A_END, A_START, B_END, B_START, IS_RANDOM, create_instances, create_packed_instances
@@ -39,6 +40,12 @@ class MaskingOptions:
     max_ngram: int = 3
 
     def __post_init__(self):
+        check("mask_prob", self.mask_prob, RATE)  # 0 for objectives that mask nothing (GPT-1)
+        check("replace_prob", self.replace_prob)
+        check("random_prob", self.random_prob)
+        if self.replace_prob + self.random_prob > 1:
+            raise BertforgeError(f"replace_prob + random_prob must be at most 1, got {self.replace_prob} + "
+                                 f"{self.random_prob}")
         if self.scheme not in ("token", "span", "ngram"):
             raise BertforgeError(f"unknown masking scheme {self.scheme!r}; choose token, span or ngram")
         if not 0 < self.span_p <= 1 or self.max_span < 1 or self.max_ngram < 1:

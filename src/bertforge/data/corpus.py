@@ -19,6 +19,7 @@ import gzip
 import json
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -71,16 +72,15 @@ def find_files(specs: str | list[str]) -> list[str]:
 
 def read_lines(path: str, report: FileReport) -> Iterator[str]:
     """The lines of a file as text, whatever its bytes: UTF-8 (BOM and CR removed), and lines that
-    are not valid UTF-8 decoded as Windows-1252, the usual legacy 8-bit encoding of such files."""
+    are not valid UTF-8 decoded as Windows-1252, the usual legacy 8-bit encoding of such files.
+    Binary data (a NUL byte anywhere, UTF-16) and a corrupt or truncated gzip stop with an error
+    naming the file and line."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
         f = opener(path, "rb")
         head = f.read(4096)
-    except OSError as e:
-        raise BertforgeError(f"{path}: cannot read ({e.strerror or e})") from None
-    if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        f.close()
-        raise BertforgeError(f"{path}: a binary file, not text (it contains NUL bytes)")
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise BertforgeError(f"{path}: cannot read ({_reason(e)})") from None
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         f.close()
         raise BertforgeError(f"{path}: UTF-16 text; convert it to UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
@@ -89,9 +89,14 @@ def read_lines(path: str, report: FileReport) -> Iterator[str]:
         pending = b""
         first = True
         while True:
-            piece = f.readline(MAX_LINE_BYTES)
+            try:
+                piece = f.readline(MAX_LINE_BYTES)
+            except (OSError, EOFError, zlib.error) as e:
+                raise BertforgeError(f"{path}, line {report.lines + 1}: cannot read ({_reason(e)})") from None
             if not piece:
                 break
+            if b"\x00" in piece:  # cheap (a C scan of bytes already read), and catches binary past the head
+                raise BertforgeError(f"{path}, line {report.lines + 1}: a binary file, not text (a NUL byte)")
             data = pending + piece
             pending = b""
             complete = data.endswith(b"\n")
@@ -119,6 +124,19 @@ def read_lines(path: str, report: FileReport) -> Iterator[str]:
             yield text.replace("\r", "")
         if pending:
             yield pending.decode("utf-8", "replace")
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, EOFError):
+        return "the compressed stream ends early: a truncated .gz"
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def corpus_sentences(files: list[str], layout: str = "auto", text_field: str = "text") -> Iterator[str]:
+    """Every sentence of the corpus, read as the shard builder reads it (vocabulary training)."""
+    for path in files:
+        for _, text, is_paragraph in read_units(path, FileReport(path), layout, text_field):
+            yield from (split_sentences(text) if is_paragraph else [text])
 
 
 _GUTENBERG_START = re.compile(r"\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)

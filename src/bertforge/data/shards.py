@@ -14,6 +14,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import time
 from collections import deque
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import BertforgeError
 from ..tokenizer import Tokenizer
-from ..training.atomic import atomic_directory
+from ..training.atomic import atomic_directory, stale
 from .corpus import FileReport, find_files, read_units, split_sentences
 
 FORMAT_VERSION = 1
@@ -70,6 +71,16 @@ def shard_key(files: list[str], tokenizer: Tokenizer, layout: str, text_field: s
     return h.hexdigest()[:20]
 
 
+def _remove_dead_builds(cache: str) -> None:
+    """Temporary folders of shard builds that were killed: untouched for ten minutes (a live build
+    writes all the time; another process may be building other shards in the same cache)."""
+    if os.path.isdir(cache):
+        for name in os.listdir(cache):
+            full = os.path.join(cache, name)
+            if ".tmp-" in name and os.path.isdir(full) and stale(full, 600):
+                shutil.rmtree(full, ignore_errors=True)
+
+
 def default_cache_dir() -> str:
     return os.environ.get("BERTFORGE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bertforge")
 
@@ -89,6 +100,7 @@ def build_shards(corpus: str | list[str], tokenizer: Tokenizer, cache_dir: str |
         _log(progress, f"shards: reusing {directory} ({shards.num_tokens:,} tokens, "
                        f"{shards.num_documents:,} documents)")
         return shards
+    _remove_dead_builds(os.path.dirname(directory))
     workers = workers or os.cpu_count() or 1
     start = time.perf_counter()
     with atomic_directory(directory) as tmp:

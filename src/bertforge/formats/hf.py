@@ -324,6 +324,11 @@ def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, to
     extra = os.path.join(directory, EXTRA_FILE)
     if os.path.exists(extra):
         tensors.update(_read_safetensors(extra))
+    if os.environ.get("BERTFORGE_ALLOW_NONFINITE") != "1":
+        for name, tensor in tensors.items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise BertforgeError(f"{path}: {name} holds NaN or infinite values, so every output would too "
+                                     "(BERTFORGE_ALLOW_NONFINITE=1 loads it anyway, to debug)")
     return canonical_names(tensors, path, model_type), path
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +20,36 @@ from ..losses import next_token_loss
 csv.field_size_limit(sys.maxsize)
 
 
+def read_text(path: str | None) -> str:
+    """A whole task file (standard input when `path` is None) as text: UTF-8, with or without a
+    byte-order mark. Anything else stops with the line of the first bad byte."""
+    name = path or "<stdin>"
+    if path is None:
+        if not hasattr(sys.stdin, "buffer"):  # a text stream put in its place (a notebook, a test)
+            return sys.stdin.read()
+        data = sys.stdin.buffer.read()
+    else:
+        if not os.path.isfile(path):
+            raise BertforgeError(f"{path}: no such file")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise BertforgeError(f"{path}: cannot read ({e.strerror or e})") from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise BertforgeError(f"{name}: UTF-16 text; convert it to UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise BertforgeError(f"{name}, line {line}: a binary file, not text (a NUL byte)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise BertforgeError(f"{name}, line {line}: not UTF-8 (byte 0x{data[e.start]:02x}); convert the file "
+                             "to UTF-8") from None
+
+
 def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]]:
     """(line number, record) for each row of a .tsv, .csv or .jsonl file.
 
@@ -26,27 +57,38 @@ def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]
     quote characters); CSV with standard quoting. With a header, records are dicts by column name;
     without, lists. A UTF-8 byte-order mark is ignored.
     """
-    if not os.path.isfile(path):
-        raise BertforgeError(f"{path}: no such file")
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        if path.endswith(".jsonl"):
-            rows = []
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                rows.append((number, json_object(path, number, line)))
-        else:
-            tsv = not path.endswith(".csv")
-            reader = csv.reader(f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
-            rows = [(reader.line_num, row) for row in reader if row]
-            if header and rows:
-                names = rows[0][1]
-                body = []
-                for number, row in rows[1:]:
-                    if len(row) != len(names):
-                        raise BertforgeError(f"{path}, line {number}: {len(row)} columns, the header has {len(names)}")
-                    body.append((number, dict(zip(names, row))))
-                rows = body
+    f = io.StringIO(read_text(path), newline="")
+    if path.endswith(".jsonl"):
+        rows = []
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            rows.append((number, json_object(path, number, line)))
+    else:
+        tsv = not path.endswith(".csv")
+        # strict CSV: a quote left open would otherwise swallow the rest of the file into one field
+        reader = csv.reader(f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL,
+                            strict=not tsv)
+        rows = []
+        while True:
+            first_line = reader.line_num + 1  # where the record starts (a quoted field may span lines)
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                problem = "a quoted field is never closed" if "unexpected end of data" in str(e) else str(e)
+                raise BertforgeError(f"{path}, line {first_line}: {problem}") from None
+            if row:
+                rows.append((first_line, row))
+        if header and rows:
+            names = rows[0][1]
+            body = []
+            for number, row in rows[1:]:
+                if len(row) != len(names):
+                    raise BertforgeError(f"{path}, line {number}: {len(row)} columns, the header has {len(names)}")
+                body.append((number, dict(zip(names, row))))
+            rows = body
     if not rows:
         raise BertforgeError(f"{path}: no examples in the file")
     return rows

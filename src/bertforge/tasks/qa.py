@@ -26,7 +26,7 @@ from ..metrics import best_null_threshold, squad_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.modernbert import Head
-from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, token_types
+from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, read_text, token_types
 
 
 @dataclass
@@ -51,11 +51,8 @@ class QuestionAnsweringTask:
         selection = None
         if "@" in path and not os.path.isfile(path):
             path, selection = path.rsplit("@", 1)
-        if not os.path.isfile(path):
-            raise BertforgeError(f"{path}: no such file")
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
+            data = json.loads(read_text(path))
         except json.JSONDecodeError as e:
             raise BertforgeError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
         articles = data.get("data") if isinstance(data, dict) else None
@@ -71,16 +68,24 @@ class QuestionAnsweringTask:
         for a in chosen:
             if a >= len(articles):
                 raise BertforgeError(f"{path}: no article {a} (the file has {len(articles)})")
-            for paragraph in articles[a].get("paragraphs", []):
-                context = paragraph["context"]
-                for qa in paragraph.get("qas", []):
+            article = articles[a] if isinstance(articles[a], dict) else {}
+            for p, paragraph in enumerate(_list(article, "paragraphs", f"{path}, article {a}")):
+                place = f"{path}, article {a}, paragraph {p}"
+                context = paragraph.get("context") if isinstance(paragraph, dict) else None
+                if not isinstance(context, str):
+                    raise BertforgeError(f"{place}: no \"context\" text")
+                for qa in _list(paragraph, "qas", place):
+                    if not isinstance(qa, dict) or not isinstance(qa.get("question"), str) or "id" not in qa:
+                        raise BertforgeError(f"{place}: a question without \"question\" text or an \"id\"")
                     where = f"{path}, question {qa.get('id')}"
-                    answers = qa.get("answers", []) if with_labels else []
+                    answers = _list(qa, "answers", where) if with_labels else []
                     impossible = bool(qa.get("is_impossible", False))
                     if with_labels and not answers and not impossible:
                         raise BertforgeError(f"{where}: no answers, and not marked is_impossible")
                     for answer in answers:
-                        start, text = answer.get("answer_start"), answer.get("text", "")
+                        if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+                            raise BertforgeError(f"{where}: an answer without \"text\"")
+                        start, text = answer.get("answer_start"), answer["text"]
                         if not isinstance(start, int) or context[start: start + len(text)] != text:
                             raise BertforgeError(f"{where}: answer_start {start} does not point at the answer "
                                                  f"{text!r} (the context has {context[start: start + len(text)]!r} "
@@ -295,3 +300,10 @@ class QuestionAnswerer(nn.Module):
                 + F.cross_entropy(end, batch["end"], reduction="sum")) / 2
         correct = ((start.argmax(-1) == batch["start"]) & (end.argmax(-1) == batch["end"])).sum()
         return {"span": loss, **auxiliary_lm(self, hidden, batch)}, {"span": correct}
+
+
+def _list(record: dict, key: str, where: str) -> list:
+    value = record.get(key, [])
+    if not isinstance(value, list):
+        raise BertforgeError(f"{where}: \"{key}\" is {type(value).__name__}, not a list")
+    return value

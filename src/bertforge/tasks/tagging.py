@@ -7,8 +7,6 @@ at the entity level exactly as `conlleval` / `seqeval`. Saved as HF `BertForToke
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +21,7 @@ from ..metrics import entities, entity_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.modernbert import Head
-from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, pad, token_types
+from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, pad, read_text, token_types
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")
 
@@ -60,41 +58,46 @@ class TaggingTask:
     regression: bool = False
 
     def read(self, path: str, with_labels: bool = True) -> list[dict]:
-        """Sentences {words, tags, where}. Every line of a file must have the same number of columns."""
-        if not os.path.isfile(path):
-            raise BertforgeError(f"{path}: no such file")
-        sentences, words, tags, start, width = [], [], [], 1, None
+        """Sentences {words, tags, where, lines}. Every line of a file must have the same number of
+        columns. A tag not of the form PREFIX-TYPE that the scheme allows is refused on its line."""
+        sentences, words, tags, lines, start, width = [], [], [], [], 1, None
 
         def close(number):
-            nonlocal words, tags
+            nonlocal words, tags, lines
             if words:
-                sentence = {"words": words, "where": f"{path}, line {start}"}
+                sentence = {"words": words, "where": f"{path}, line {start}", "lines": lines}
                 if with_labels:
                     sentence["tags"] = convert(tags, self.scheme) if self.scheme else tags
                 sentences.append(sentence)
-            words, tags = [], []
+            words, tags, lines = [], [], []
 
-        with open(path, encoding="utf-8-sig") as f:
-            for number, line in enumerate(f, start=1):
-                columns = line.split()
-                if not columns or columns[0] == "-DOCSTART-":
-                    close(number)
-                    start = number + 1
-                    continue
-                if width is None:
-                    width = len(columns)
-                elif len(columns) != width:
-                    raise BertforgeError(f"{path}, line {number}: {len(columns)} columns where the file has "
-                                         f"{width} ({line.strip()!r})")
-                if not words:
-                    start = number
-                for column in (self.word_column, self.tag_column) if with_labels else (self.word_column,):
-                    if not -len(columns) <= column < len(columns):
-                        raise BertforgeError(f"{path}, line {number}: no column {column} in {len(columns)} columns")
-                words.append(columns[self.word_column])
-                if with_labels:
-                    tags.append(columns[self.tag_column])
-            close(number + 1 if width else 1)
+        number = 0
+        # split at "\n" only: splitlines would also break at \x1c or \u2028, and miscount the lines
+        for number, line in enumerate(read_text(path).split("\n"), start=1):
+            columns = line.split()
+            if not columns or columns[0] == "-DOCSTART-":
+                close(number)
+                start = number + 1
+                continue
+            if width is None:
+                width = len(columns)
+            elif len(columns) != width:
+                raise BertforgeError(f"{path}, line {number}: {len(columns)} columns where the file has "
+                                     f"{width} ({line.strip()!r})")
+            if not words:
+                start = number
+            for column in (self.word_column, self.tag_column) if with_labels else (self.word_column,):
+                if not -len(columns) <= column < len(columns):
+                    raise BertforgeError(f"{path}, line {number}: no column {column} in {len(columns)} columns")
+            words.append(columns[self.word_column])
+            lines.append(number)
+            if with_labels:
+                tag = columns[self.tag_column]
+                if self.scheme and tag != "O" and not (tag[:2] in ("B-", "I-", "E-", "S-") and len(tag) > 2):
+                    raise BertforgeError(f"{path}, line {number}: tag {tag!r} is not O or B-/I-/E-/S- and a "
+                                         f"type, which the {self.scheme} scheme needs")
+                tags.append(tag)
+        close(number + 1 if width else 1)
         if not sentences:
             raise BertforgeError(f"{path}: no sentences in the file")
         return sentences
@@ -110,9 +113,12 @@ class TaggingTask:
     def check_labels(self, sentences: list[dict], names: list[str]) -> None:
         known = set(names)
         for s in sentences:
-            for tag in s.get("tags", []):
+            for i, tag in enumerate(s.get("tags", [])):
                 if tag not in known:
-                    raise BertforgeError(f"{s['where']}: tag {tag!r} never occurs in the training data "
+                    where = s["where"]
+                    if "lines" in s:  # the tag's own line, not the sentence's first
+                        where = where.rsplit(", line ", 1)[0] + f", line {s['lines'][i]}"
+                    raise BertforgeError(f"{where}: tag {tag!r} never occurs in the training data "
                                          f"(known: {', '.join(names)})")
 
     def featurize(self, sentences: list[dict], tokenizer, names: list[str]) -> tuple[list[dict], int]:
@@ -196,19 +202,14 @@ class TaggingTask:
             out.append({"words": s["words"], "tags": tags, "entities": found})
         return out
 
-    def write_conll(self, path_or_stream, sentences: list[dict], outputs: list[dict]) -> None:
+    def write_conll(self, stream, sentences: list[dict], outputs: list[dict]) -> None:
         """CoNLL columns: word, gold tag (when known), predicted tag; a blank line between sentences
         (the input of `conlleval`)."""
-        stream = open(path_or_stream, "w", encoding="utf-8") if isinstance(path_or_stream, str) else path_or_stream
-        try:
-            for s, o in zip(sentences, outputs):
-                for i, word in enumerate(s["words"]):
-                    gold = [s["tags"][i]] if "tags" in s else []
-                    stream.write(" ".join([word, *gold, o["tags"][i]]) + "\n")
-                stream.write("\n")
-        finally:
-            if stream is not sys.stdout and isinstance(path_or_stream, str):
-                stream.close()
+        for s, o in zip(sentences, outputs):
+            for i, word in enumerate(s["words"]):
+                gold = [s["tags"][i]] if "tags" in s else []
+                stream.write(" ".join([word, *gold, o["tags"][i]]) + "\n")
+            stream.write("\n")
 
 
 class TokenClassifier(nn.Module):

@@ -1,4 +1,7 @@
-"""Writing a directory so that a crash, a kill or a full disk never leaves a half-written one in place."""
+"""Writing files and directories so that a crash, a kill or a full disk never leaves a half-written
+one in place: everything is written beside its target under a temporary name, flushed to disk, then
+renamed over it. Leftover temporary names (`NAME.tmp-*`, `NAME.old-*`) are what a kill can leave;
+`remove_leftovers` clears them. What is written gets the ordinary permissions of the umask."""
 
 from __future__ import annotations
 
@@ -6,6 +9,58 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
+
+from ..errors import BertforgeError
+
+
+def _ordinary_permissions(path: str, directory: bool) -> None:
+    # mkstemp and mkdtemp create 0600 / 0700; a saved model should be readable like any other file.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str, mode: str = "w"):
+    """Yield a file open for writing (`mode` "w" for UTF-8 text, "wb" for bytes) beside `path`; on
+    success it replaces `path`. If the body raises, `path` is left exactly as it was."""
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        _ordinary_permissions(tmp, directory=False)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise_naming(path, e)
+    _fsync_directory(parent)
+
+
+def remove_leftovers(path: str) -> None:
+    """Remove what a killed atomic write of `path` left beside it. A kill between the two renames
+    that replace a directory leaves no `path` and the previous one as `path.old-*`: that one is put
+    back."""
+    parent, name = os.path.split(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return
+    previous = sorted(other for other in os.listdir(parent) if other.startswith(name + ".old-"))
+    if not os.path.exists(path) and len(previous) == 1:
+        os.rename(os.path.join(parent, previous[0]), path)
+    for other in os.listdir(parent):
+        if other.startswith((name + ".tmp-", name + ".old-")):
+            full = os.path.join(parent, other)
+            if os.path.isdir(full):
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(full)
 
 
 @contextlib.contextmanager
@@ -23,9 +78,10 @@ def atomic_directory(path: str):
     try:
         yield tmp
         _fsync_tree(tmp)
-    except BaseException:
+        _ordinary_permissions(tmp, directory=True)
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise_naming(path, e)
     if os.path.isdir(path):
         old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".old-", dir=parent)
         os.rmdir(old)
@@ -37,12 +93,34 @@ def atomic_directory(path: str):
     _fsync_directory(parent)  # make the rename itself durable
 
 
+def raise_naming(path: str, e: BaseException):
+    """Re-raise a failure to write `path` as an error that names it: a full disk surfaces from
+    torch, safetensors or tokenizers as their own exception types, with no file name."""
+    if isinstance(e, (BertforgeError, KeyboardInterrupt, SystemExit)) or not isinstance(e, Exception):
+        raise e
+    reason = getattr(e, "strerror", None) or " ".join(str(e).split()) or type(e).__name__
+    raise BertforgeError(f"{path}: could not be written ({reason}); what was there before is unchanged") from e
+
+
+def stale(directory: str, seconds: float) -> bool:
+    """Whether nothing in `directory` (a temporary one) was written for `seconds`: its writer died."""
+    newest = os.path.getmtime(directory)
+    for root, _, names in os.walk(directory):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                newest = max(newest, os.path.getmtime(os.path.join(root, name)))
+    return time.time() - newest > seconds
+
+
 def _fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Make a rename durable: best effort, since the rename has happened either way (and some file
+    systems cannot sync a directory at all)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _fsync_tree(directory: str) -> None:

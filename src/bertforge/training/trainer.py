@@ -24,11 +24,13 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
+from ..card import write_card
+from ..checks import check
 from ..data.batches import Position
 from ..errors import BertforgeError
 from ..formats.hf import check_vocab_fits, load_parts, read_config, write_parts
 from .allocator import reuse_freed_memory
-from .atomic import atomic_directory
+from .atomic import atomic_directory, atomic_file, remove_leftovers
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
 
 STATE_FILE = "trainer_state.pt"
@@ -63,23 +65,18 @@ class TrainOptions:
     compile: bool = False  # torch.compile the model (the first steps then include compilation)
 
     def __post_init__(self):
-        checks = [
-            (self.steps is None or self.steps >= 1, "steps must be at least 1"),
-            (self.max_minutes is None or self.max_minutes > 0, "max_minutes must be positive"),
-            (self.lr > 0, "lr must be positive"), (self.warmup >= 0, "warmup must be 0 or more"),
-            (self.accum >= 1, "accum must be at least 1"), (self.clip >= 0, "clip must be 0 (off) or more"),
-            (self.log_every >= 1, "log_every must be at least 1"), (self.keep >= 1, "keep must be at least 1"),
-            (self.eval_every >= 0 and self.save_every >= 0, "eval_every and save_every must be 0 (off) or more"),
-            (self.eval_batches >= 1, "eval_batches must be at least 1"),
-            (self.patience is None or self.patience >= 1, "patience must be at least 1"),
-            (0 < self.layer_decay <= 1, "layer_decay must be in (0, 1]"),
-            (self.unfreeze_every is None or self.unfreeze_every >= 1, "unfreeze_every must be at least 1"),
-            (self.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}"),
-            (self.precision in ("auto", "bf16", "fp32"), "precision must be auto, bf16 or fp32"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise BertforgeError(message)
+        for name in ("steps", "max_minutes", "lr", "warmup", "weight_decay", "eps", "accum", "clip", "log_every",
+                     "eval_every", "eval_batches", "save_every", "keep", "seed", "patience", "unfreeze_every"):
+            check(name, getattr(self, name))
+        check("layer_lr_decay", self.layer_decay)
+        if not (isinstance(self.betas, (tuple, list)) and len(self.betas) == 2):
+            raise BertforgeError(f"betas must be two numbers, got {self.betas!r}")
+        check("beta1", self.betas[0])
+        check("beta2", self.betas[1])
+        if self.schedule not in SCHEDULES:
+            raise BertforgeError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise BertforgeError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
 
 
 class TrainingStopped(BertforgeError):
@@ -126,6 +123,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         raise BertforgeError(f"{o.out} already holds checkpoints: pass --resume to continue, or choose another --out")
     if rank == 0:
         _remove_leftovers(checkpoints)
+        remove_leftovers(os.path.join(o.out, "model"))
     autocast = _autocast(o.precision, device)
     # An objective may weigh its terms (ELECTRA: 50 x the discriminator's); terms are logged unweighted.
     weights = getattr(model, "loss_weights", {})
@@ -134,7 +132,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
 
     if rank == 0:
         os.makedirs(o.out, exist_ok=True)
-        with open(os.path.join(o.out, "run_config.json"), "w", encoding="utf-8") as f:
+        with atomic_file(os.path.join(o.out, "run_config.json")) as f:
             json.dump({**(run_config or {}), "training": asdict(o), "world_size": world}, f, indent=2)
         _truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
     batches = data.batches(position)
@@ -172,9 +170,9 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         if best["score"] is not None and metrics[o.select] <= best["score"]:
             best["stale"] += 1
             return False
-        best.update(score=metrics[o.select], step=at_step, stale=0)
+        best.update(score=metrics[o.select], step=at_step, stale=0, metrics=metrics)
         if rank == 0:
-            _write_model(model, tokenizer, os.path.join(o.out, "model"))
+            _write_model(model, tokenizer, os.path.join(o.out, "model"), at_step)
         return True
 
     stop = _StopFlag()
@@ -283,7 +281,12 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
               total_steps, o.keep, (sums, window_tokens), best)
     if status != "interrupted" and rank == 0:
         if not o.select:
-            _write_model(model, tokenizer, os.path.join(o.out, "model"))
+            _write_model(model, tokenizer, os.path.join(o.out, "model"), step)
+        if os.path.isdir(os.path.join(o.out, "model")):
+            with open(os.path.join(o.out, "run_config.json"), encoding="utf-8") as f:
+                saved = json.load(f)
+            kept = (best.get("metrics"), best["step"]) if o.select else (last_eval.get("metrics"), step)
+            write_card(os.path.join(o.out, "model"), saved, *kept)
         plot_metrics(o.out)
     result["best"] = best if o.select else None
     if world > 1:
@@ -436,11 +439,27 @@ def latest_checkpoint(out: str) -> str | None:
 
 
 def _remove_leftovers(directory: str) -> None:
-    """Temporary directories of checkpoint writes that a kill interrupted."""
+    """What a kill can leave in the checkpoints folder: temporary directories of interrupted writes,
+    and checkpoints half-removed while pruning (they lack the trainer state, which every complete
+    checkpoint has, since it is written inside the atomic directory)."""
     if os.path.isdir(directory):
         for name in os.listdir(directory):
-            if ".tmp-" in name or ".old-" in name:
-                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            full = os.path.join(directory, name)
+            if ".tmp-" in name or ".old-" in name or ".pruned" in name or (
+                    CHECKPOINT.match(name) and not os.path.exists(os.path.join(full, STATE_FILE))):
+                shutil.rmtree(full, ignore_errors=True)
+
+
+def _check_finite(model, step: int, out: str) -> None:
+    """Refuse to save weights that are not all finite (a learning rate so large that one update
+    overflowed them); the checkpoint named "last good" has therefore always passed this check."""
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        latest = latest_checkpoint(out)
+        raise TrainingStopped(
+            f"the weights became non-finite by step {step} ({len(bad)} tensors, {bad[0]} first); nothing was "
+            "saved. " + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
+            + "Lower the learning rate (--lr) or use --precision fp32.")
 
 
 def _list_checkpoints(directory: str) -> list[str]:
@@ -451,13 +470,15 @@ def _list_checkpoints(directory: str) -> list[str]:
     return [os.path.join(directory, name) for _, name in sorted(found)]
 
 
-def _write_model(model, tokenizer, directory: str) -> None:
+def _write_model(model, tokenizer, directory: str, step: int) -> None:
+    _check_finite(model, step, os.path.dirname(directory))
     with atomic_directory(directory) as tmp:
         write_parts(model, tmp, tokenizer)
 
 
 def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window,
           best) -> None:
+    _check_finite(model, step, os.path.dirname(directory))  # on every process: all stop together
     if rank == 0:
         with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
             write_parts(model, tmp, tokenizer)
@@ -469,7 +490,10 @@ def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed,
             }
             torch.save(state, os.path.join(tmp, STATE_FILE))
         for old in _list_checkpoints(directory)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            # renamed first, so that a kill while deleting leaves a name no listing takes for a checkpoint
+            pruned = f"{old}.pruned"
+            os.rename(old, pruned)
+            shutil.rmtree(pruned, ignore_errors=True)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
@@ -503,8 +527,12 @@ def _restore(model, optimizer, directory: str, device):
 
 def _append(rank: int, out: str, record: dict) -> None:
     if rank == 0:
-        with open(os.path.join(out, "metrics.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        path = os.path.join(out, "metrics.jsonl")
+        try:  # a line cut short by a full disk is dropped when the run resumes (_truncate_metrics)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            raise BertforgeError(f"{path}: could not be written ({e.strerror or e})") from None
 
 
 def _truncate_metrics(path: str, step: int) -> None:
@@ -519,7 +547,7 @@ def _truncate_metrics(path: str, step: int) -> None:
                     kept.append(line)
             except (json.JSONDecodeError, KeyError, TypeError):
                 pass  # a line cut short by a crash
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_file(path) as f:
         f.writelines(kept)
 
 
@@ -557,7 +585,8 @@ def plot_metrics(out: str) -> str | None:
     ax.grid(alpha=0.3)
     path = os.path.join(out, "loss.png")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with atomic_file(path, "wb") as f:
+        fig.savefig(f, dpi=100, format="png")
     plt.close(fig)
     return path
 

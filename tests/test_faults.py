@@ -1,0 +1,403 @@
+"""Faults and bad input, as an adversarial user would try them: every numeric option given NaN,
+infinity and out-of-range values; generated malformed inputs for every reader; a full disk at each
+write of every writer; a kill at each rename of a training run. Each must end in one clear error
+naming the file (exit 2 from the command line), leave what was there before intact, and leave
+nothing a later start cannot clean.
+
+The readers' mutations are drawn from a seeded generator; BERTFORGE_DEEP_FAULTS=1 draws ten times
+more of them and kills a training run at every rename rather than at a sample of them.
+"""
+
+import argparse
+import errno
+import gzip
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config, write_corpus
+
+from bertforge import BertforgeError, Tokenizer, save_pretrained
+from bertforge.checks import COMMAND_RULES, RULES
+from bertforge.cli import build_parser, main
+from bertforge.data.corpus import corpus_sentences
+from bertforge.formats.hf import read_config, read_weights
+from bertforge.models.bert import Bert
+from bertforge.tasks import make_task
+from bertforge.tasks.common import read_records
+from bertforge.tasks.tagging import TaggingTask
+from bertforge.training.trainer import latest_checkpoint, read_metrics
+
+DEEP = os.environ.get("BERTFORGE_DEEP_FAULTS") == "1"
+MUTATIONS = 80 if DEEP else 8
+SRC = os.path.join(os.path.dirname(__file__), "..", "src")
+
+
+def one_line_error(capsys, starts: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"bertforge: error: {starts}"), err
+    assert "Traceback" not in err
+    return err
+
+
+# ---- every numeric option -------------------------------------------------------------------------
+
+
+def numeric_option_cases() -> list[tuple[list[str], str, str]]:
+    """(argv, option, bad value) for every numeric option of every command: NaN and infinities for
+    real-valued ones, and a value just outside the range for every one."""
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # the command name -> its parser
+    leaves = {name: p for name, p in commands.items() if name != "tokenizer"}
+    leaves["tokenizer train"] = commands["tokenizer"]._subparsers._group_actions[0].choices["train"]
+    cases = []
+    for name, sub in leaves.items():
+        required = []
+        for action in sub._actions:
+            if not action.option_strings and not isinstance(action, argparse._SubParsersAction):
+                required.append(action.choices[0] if action.choices else "x")
+            elif action.required:
+                required += [action.option_strings[0], action.choices[0] if action.choices else "x"]
+        for action in sub._actions:
+            rule = COMMAND_RULES.get(name, {}).get(action.dest) or RULES.get(action.dest)
+            if rule is None or action.type not in (int, float):
+                continue
+            bad = ["nan", "inf", "-inf"] if action.type is float else []
+            step = 1 if rule.integer else 0.5
+            if rule.low is not None:
+                bad.append(str(type(rule.low)(rule.low) - step if not rule.above else rule.low))
+            if rule.high is not None:
+                bad.append(str(rule.high + step if not rule.below else rule.high))
+            option = next(s for s in action.option_strings if s.startswith("--"))
+            for value in bad:
+                value = str(int(float(value))) if action.type is int else value
+                if action.type is int and rule.holds(int(value)):
+                    continue
+                cases.append(([*name.split(), *required, f"{option}={value}"], option, value))
+    return cases
+
+
+def test_every_numeric_option_refuses_nan_infinity_and_out_of_range(capsys):
+    cases = numeric_option_cases()
+    assert len(cases) > 140  # every command's options, several values each
+    holes = []
+    for argv, option, value in cases:
+        try:
+            code = main(argv)
+        except BaseException as e:  # noqa: BLE001 - what the attack looks for
+            code = repr(e)
+        err = capsys.readouterr().err
+        if code != 2 or err.count("\n") != 1 or not err.startswith(f"bertforge: error: {option}"):
+            holes.append((" ".join(argv), code, err.strip()[-200:]))
+    assert not holes, f"{len(holes)} of {len(cases)} cases: {holes[:5]}"
+
+
+def test_numeric_rules_are_the_apis_too(tmp_path):
+    from bertforge.data.batches import MaskingOptions
+    from bertforge.finetune import finetune
+    from bertforge.pretrain import pretrain
+    from bertforge.training.trainer import TrainOptions
+
+    for bad in (dict(lr=float("inf")), dict(weight_decay=float("nan")), dict(betas=(0.9, 1.0)), dict(clip=-1),
+                dict(max_minutes=float("inf")), dict(seed=-1), dict(eps=0.0)):
+        with pytest.raises(BertforgeError, match="must be"):
+            TrainOptions(out=str(tmp_path), steps=1, **bad)
+    with pytest.raises(BertforgeError, match="--mask-prob"):
+        MaskingOptions(mask_prob=float("nan"))
+    with pytest.raises(BertforgeError, match="at most 1"):
+        MaskingOptions(replace_prob=0.8, random_prob=0.3)
+    for bad in (dict(batch_size=0), dict(short_seq_prob=2.0), dict(generator_fraction=0.0)):
+        with pytest.raises(BertforgeError, match="must be"):  # before any file is touched
+            pretrain(str(tmp_path / "none"), str(tmp_path / "out"), **bad)
+    for bad in (dict(epochs=0), dict(epochs=float("nan")), dict(batch_size=0)):
+        with pytest.raises(BertforgeError, match="must be"):
+            finetune(make_task("sst2"), "x", "x", "x", str(tmp_path / "out"), **bad)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- every reader, fed generated malformed input ---------------------------------------------------
+
+
+def mutations(data: bytes, rng: random.Random):
+    """Malformed versions of a valid file: truncations, byte flips, a NUL, another encoding,
+    a row with an extra column, a huge field."""
+    for _ in range(MUTATIONS):
+        yield "truncated", data[: rng.randrange(len(data))]
+        flipped = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            flipped[rng.randrange(len(data))] = rng.randrange(256)
+        yield "flipped bytes", bytes(flipped)
+    where = rng.randrange(len(data))
+    yield "NUL", data[:where] + b"\x00" + data[where:]
+    try:  # text formats only
+        yield "UTF-16", data.decode("utf-8").encode("utf-16")
+        yield "cp1252", data.replace("é".encode(), b"\xe9") + b"caf\xe9\n"
+    except UnicodeDecodeError:
+        pass
+    lines = data.split(b"\n")
+    if len(lines) > 2:
+        yield "extra column", b"\n".join([*lines[:2], lines[1] + b"\tsurplus", *lines[2:]])
+    yield "huge field", data + b"x" * (2 << 20) + b"\n"
+
+
+def assert_reader_survives(read, path, data: bytes, seed: int = 0) -> None:
+    """Every mutation either reads or raises a one-line BertforgeError naming the file; nothing else."""
+    refused, holes = 0, []
+    cases = list(mutations(data, random.Random(seed)))
+    for kind, bad in cases:
+        path.write_bytes(bad)
+        try:
+            read(str(path))
+        except BertforgeError as e:
+            refused += 1
+            if str(path) not in str(e) or "\n" in str(e):
+                holes.append((kind, str(e)[:200]))
+        except Exception as e:  # anything else is a hole
+            holes.append((kind, f"{type(e).__name__}: {str(e)[:200]}"))
+    assert not holes, f"{len(holes)} of {len(cases)} cases: {holes[:5]}"
+    assert refused > 0
+
+
+SST = "sentence\tlabel\n" + "".join(f"a café film number {i} , good\t{i % 2}\n" for i in range(40))
+CONLL = "-DOCSTART- X O\n\n" + "".join(f"Paris NNP B-LOC\nis VBZ O\nnice{i} JJ O\n\n" for i in range(30))
+CSV = "text,label\n" + "".join(f'"a café, film {i}",{i % 2}\n' for i in range(40))
+JSONL = "".join(json.dumps({"text": f"a café film {i}", "label": str(i % 2)}) + "\n" for i in range(40))
+SQUAD = json.dumps({"data": [{"paragraphs": [{"context": "Paris is in France. The café is old.", "qas": [
+    {"id": f"q{i}", "question": "Where is Paris?", "answers": [{"text": "France", "answer_start": 12}]}
+    for i in range(10)]}]}]})
+
+
+@pytest.mark.parametrize("name, content, read", [
+    ("train.tsv", SST, lambda p: make_task("sst2").read(p)),
+    ("train.csv", CSV, read_records),
+    ("train.jsonl", JSONL, read_records),
+    ("train.txt", CONLL, lambda p: TaggingTask().read(p)),
+    ("train.json", SQUAD, lambda p: make_task("qa").read(p)),
+    ("corpus.txt", "Une phrase sur le café. " * 400 + "\n\nAnother paragraph.\n",
+     lambda p: list(corpus_sentences([p]))),
+])
+def test_task_and_corpus_readers_survive_malformed_files(tmp_path, name, content, read):
+    assert_reader_survives(read, tmp_path / name, content.encode())
+
+
+def test_binary_text_and_broken_gzip_are_refused_wherever_they_are(tmp_path):
+    text = ("A sentence of the corpus. " * 20 + "\n") * 40  # ~21 KB
+    path = tmp_path / "late.txt"
+    path.write_bytes(text.encode()[:15_000] + b"\x00\x01\x02" + text.encode()[15_000:])
+    with pytest.raises(BertforgeError, match=r"late.txt, line 2\d: a binary file"):
+        list(corpus_sentences([str(path)]))
+    packed = gzip.compress(text.encode())
+    (tmp_path / "cut.txt.gz").write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(BertforgeError, match=r"cut.txt.gz, line \d+: cannot read \(.*truncated"):
+        list(corpus_sentences([str(tmp_path / "cut.txt.gz")]))
+    bad_line = (SST.encode().split(b"\n"))
+    bad_line[7] = bad_line[7].replace(b"caf\xc3\xa9", b"caf\xe9")
+    (tmp_path / "latin.tsv").write_bytes(b"\n".join(bad_line))
+    with pytest.raises(BertforgeError, match=r"latin.tsv, line 8: not UTF-8 \(byte 0xe9\)"):
+        make_task("sst2").read(str(tmp_path / "latin.tsv"))
+    (tmp_path / "quote.csv").write_text('text,label\n"fine",1\n"never closed,0\nmore text\n')
+    with pytest.raises(BertforgeError, match=r"quote.csv, line 3: a quoted field is never closed"):
+        read_records(str(tmp_path / "quote.csv"))
+
+
+def test_conll_errors_name_the_line_of_the_tag(tmp_path):
+    train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    train.write_text("Paris NNP B-LOC\nis VBZ O\n\n")
+    dev.write_text("Paris NNP B-LOC\nis VBZ O\nBob NNP B-PER\n\n")
+    task = TaggingTask()
+    names = task.label_names(task.read(str(train)))
+    with pytest.raises(BertforgeError, match=r"dev.txt, line 3: tag 'B-PER' never occurs"):
+        task.check_labels(task.read(str(dev)), names)
+    dev.write_text("Paris NNP B-LOC\nis VBZ X-LOC\n\n")
+    with pytest.raises(BertforgeError, match=r"dev.txt, line 2: tag 'X-LOC' is not O or B-"):
+        TaggingTask(scheme="IOB2").read(str(dev))
+
+
+def test_tokenizer_and_model_files_survive_malformed_content(tmp_path):
+    tokenizer = Tokenizer.train(texts=["the café sat on the mat"] * 20, vocab_size=60, min_frequency=1)
+    directory = tmp_path / "model"
+    save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(directory), tokenizer)
+    for name, read in (("vocab.txt", lambda p: Tokenizer.from_vocab(p)),
+                       ("tokenizer_config.json", lambda p: Tokenizer.from_pretrained(os.path.dirname(p))),
+                       ("config.json", lambda p: read_config(os.path.dirname(p))),
+                       ("model.safetensors", lambda p: read_weights(os.path.dirname(p)))):
+        good = (directory / name).read_bytes()
+        assert_reader_survives(read, directory / name, good if name != "model.safetensors" else good[:4096])
+        (directory / name).write_bytes(good)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": "yes"}))
+    with pytest.raises(BertforgeError, match="do_lower_case must be true or false"):
+        Tokenizer.from_pretrained(str(directory))
+
+
+def test_non_finite_weights_are_refused_unless_asked(tmp_path, monkeypatch):
+    model = Bert(tiny_config())
+    with torch.no_grad():
+        model.layers[0].attention.qkv.weight[0, 0] = float("nan")
+    save_pretrained(model, str(tmp_path))
+    with pytest.raises(BertforgeError, match=r"model.safetensors: encoder.layer.0.attention.self.query.weight holds NaN"):
+        read_weights(str(tmp_path))
+    monkeypatch.setenv("BERTFORGE_ALLOW_NONFINITE", "1")
+    tensors, _ = read_weights(str(tmp_path))
+    assert any(t.isnan().any() for t in tensors.values())
+
+
+# ---- a full disk at each write ---------------------------------------------------------------------
+
+
+def snapshot(directory) -> dict:
+    """Every file under `directory` with the hash of its bytes."""
+    out = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def full_disk_at_each_fsync(monkeypatch, write, target, watched):
+    """Run `write` with the n-th fsync failing with ENOSPC, n = 1, 2, ... until one succeeds; each
+    failure must name `target` and leave `watched` exactly as it was. Returns the failures seen."""
+    real = os.fsync
+    failures, n = 0, 1
+    before = snapshot(watched)
+    while True:
+        calls = {"n": 0}
+
+        def fsync(fd, n=n, calls=calls):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        try:
+            write()
+        except BertforgeError as e:
+            assert str(target) in str(e) and "No space left" in str(e), str(e)
+            assert snapshot(watched) == before
+            failures += 1
+            n += 1
+            continue
+        finally:
+            monkeypatch.setattr(os, "fsync", real)
+        return failures
+
+
+def test_a_full_disk_never_damages_what_was_written_before(tmp_path, monkeypatch):
+    from bertforge.embed import write_embeddings
+
+    tokenizer = Tokenizer.train(texts=["the cat sat on the mat"] * 20, vocab_size=60, min_frequency=1)
+    tok_dir = tmp_path / "tok"
+    tokenizer.save_pretrained(str(tok_dir))
+    other = Tokenizer.train(texts=["a dog ran in the park"] * 20, vocab_size=60, min_frequency=1)
+    assert full_disk_at_each_fsync(monkeypatch, lambda: other.save_pretrained(str(tok_dir)), tok_dir, tok_dir) >= 1
+    assert Tokenizer.from_pretrained(str(tok_dir)).backend.get_vocab() == other.backend.get_vocab()
+
+    model_dir = tmp_path / "model"
+    save_pretrained(Bert(tiny_config()), str(model_dir))
+    new = Bert(tiny_config())
+    assert full_disk_at_each_fsync(monkeypatch, lambda: save_pretrained(new, str(model_dir)), model_dir,
+                                   tmp_path) >= 2  # each file of the directory
+
+    out = tmp_path / "vectors"
+    out.mkdir()
+    for name, vectors in (("v.npy", np.ones((3, 4), np.float32)), ("v.jsonl", np.ones((3, 4), np.float32))):
+        write_embeddings(str(out / name), vectors * 0, ["a", "b", "c"])
+        assert full_disk_at_each_fsync(
+            monkeypatch, lambda name=name, vectors=vectors: write_embeddings(str(out / name), vectors, ["a", "b", "c"]),
+            out / name, out) >= 1
+    assert not [n for n in os.listdir(out) if ".tmp-" in n]
+
+
+def test_the_command_line_turns_any_failure_into_one_line(tmp_path, capsys, monkeypatch):
+    import bertforge.cli as cli
+
+    def native_failure(args):
+        raise RuntimeError("safetensors_rust.SafetensorError: Error while serializing:\n IoError(No space left)")
+
+    monkeypatch.setattr(cli, "cmd_info", native_failure)
+    assert main(["info", str(tmp_path)]) == 2
+    assert "RuntimeError: safetensors_rust.SafetensorError: Error while serializing: IoError(No space left) (--debug" \
+        in one_line_error(capsys, "RuntimeError")
+    with pytest.raises(RuntimeError):
+        main(["info", str(tmp_path), "--debug"])
+    with pytest.raises(RuntimeError):
+        main(["--debug", "info", str(tmp_path)])
+
+
+# ---- training that goes wrong --------------------------------------------------------------------
+
+
+def pretrain_argv(tmp_path, out, *extra):
+    return ["pretrain", "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--preset", "bert-tiny",
+            "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32", "--cache-dir",
+            str(tmp_path / "cache"), "--quiet", "--log-every", "1", "--eval-every", "0", *extra]
+
+
+def test_an_update_that_overflows_the_weights_is_never_saved(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    assert main(pretrain_argv(tmp_path, out, "--steps", "3", "--save-every", "1", "--lr", "1e38",
+                              "--precision", "fp32", "--positions", "absolute")) == 2
+    err = one_line_error(capsys, "the weights became non-finite by step 1")
+    assert "No checkpoint was written yet" in err
+    assert latest_checkpoint(str(out)) is None and not (out / "model").exists()
+
+
+def test_resuming_after_the_corpus_changed_is_refused(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    assert main(pretrain_argv(tmp_path, out, "--steps", "4", "--save-every", "2")) == 0
+    corpus_file = sorted((tmp_path / "corpus").iterdir())[0]
+    corpus_file.write_text(corpus_file.read_text() + "\nalpha beta gamma .\n")
+    assert main(pretrain_argv(tmp_path, out, "--steps", "6", "--resume")) == 2
+    one_line_error(capsys, f"{out}: the corpus files changed since the run began")
+
+
+KILLER = """
+import os, sys
+sys.path.insert(0, {src!r})
+n, calls = int(sys.argv[1]), [0]
+def killer(real):
+    def call(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            os._exit(9)  # as kill -9 would, between two file operations
+        return real(*args, **kwargs)
+    return call
+os.rename, os.replace = killer(os.rename), killer(os.replace)
+from bertforge.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_kill_at_any_rename_leaves_a_run_that_resumes_exactly(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    argv = ["--steps", "4", "--save-every", "1", "--keep", "1", "--positions", "absolute"]
+    reference = tmp_path / "reference"
+    assert main(pretrain_argv(tmp_path, reference, *argv)) == 0
+    expected = [(r["step"], r["loss"]) for r in read_metrics(str(reference)) if "loss" in r]
+    # the renames of a 4-step run: run_config, tokenizer, shards, 4 checkpoints, 3 prunes, model
+    points = range(1, 16) if DEEP else (6, 9, 13)
+    script = KILLER.format(src=os.path.abspath(SRC))
+    for n in points:
+        out = tmp_path / f"killed-{n}"
+        done = subprocess.run([sys.executable, "-c", script, str(n), *pretrain_argv(tmp_path, out, *argv)],
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            break  # past the last rename
+        assert done.returncode == -9 or done.returncode == 9, done.stderr
+        resume = ["--resume"] if latest_checkpoint(str(out)) else []
+        assert main(pretrain_argv(tmp_path, out, *argv, *resume)) == 0
+        for folder in (out, out / "checkpoints"):
+            assert not [name for name in os.listdir(folder) if ".tmp-" in name or ".old-" in name
+                        or ".pruned" in name], (n, os.listdir(folder))
+        assert [(r["step"], r["loss"]) for r in read_metrics(str(out)) if "loss" in r] == expected, n
+        assert read_config(str(out / "model")).vocab_size == read_config(str(reference / "model")).vocab_size
