@@ -92,8 +92,14 @@ def test_predict_and_evaluate_through_the_command_line(base_model, tmp_path, cap
                  "--out", str(tmp_path / "run"), "--epochs", "15", "--batch-size", "8", "--lr", "3e-3",
                  "--precision", "fp32", "--quiet"]) == 0
     model = str(tmp_path / "run" / "model")
+    # the scores it was kept for, and a card saying what it is, travel with the model
+    kept = json.loads((tmp_path / "run" / "model" / "eval_results.json").read_text())
+    assert kept["accuracy"] == 100.0 and kept["step"] >= 1
+    card = (tmp_path / "run" / "model" / "README.md").read_text()
+    assert "fine-tuned by bertforge for `sst2`" in card and "AutoModelForSequenceClassification" in card
+    assert "accuracy 100.0" in card
     capsys.readouterr()
-    assert main(["evaluate", "--model", model, "--data", data]) == 0
+    assert main(["evaluate", "--model", str(tmp_path / "run"), "--data", data]) == 0  # a run folder: its model/
     assert json.loads(capsys.readouterr().out)["accuracy"] == 100.0
     monkeypatch.setattr("sys.stdin", io.StringIO("a good film\nawful acting\n"))
     assert main(["predict", "--model", model]) == 0

@@ -16,6 +16,14 @@ def test_tokenizer_train_and_info(tmp_path, capsys):
     assert "WordPiece vocabulary" in capsys.readouterr().out
 
 
+def test_version(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out.startswith("bertforge 0.")
+
+
 def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
     assert main(["info", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
