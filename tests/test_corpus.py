@@ -85,7 +85,7 @@ def test_jsonl_gzip_and_errors_with_line_numbers(tmp_path):
 
 def test_binary_utf16_and_missing_files_are_refused(tmp_path):
     (tmp_path / "blob.txt").write_bytes(bytes(range(256)) * 4)
-    with pytest.raises(BertforgeError, match="blob.txt: a binary file"):
+    with pytest.raises(BertforgeError, match="blob.txt, line 1: a binary file"):
         units(tmp_path / "blob.txt")
     (tmp_path / "wide.txt").write_bytes("hello".encode("utf-16"))
     with pytest.raises(BertforgeError, match="wide.txt: UTF-16 text"):

@@ -211,7 +211,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch)
 
     monkeypatch.setattr(trainer_module.torch, "save", disk_full)
     out = tmp_path / "run"
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(BertforgeError, match=r"step-0000004: could not be written \(No space left on device\)"):
         pretrain(str(tmp_path / "corpus"), str(out), preset="bert-tiny", vocab_size=100, max_seq_length=32,
                  batch_size=8, cache_dir=str(tmp_path / "cache"), options=small_options(out, steps=6))
     assert os.listdir(out / "checkpoints") == ["step-0000002"]  # no half-written step-0000004
@@ -245,7 +245,7 @@ def test_bad_runs_are_explained(tmp_path, capsys):
                   str(tmp_path / "tok")))
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "data.txt").write_bytes(b"\x00\x01\x02" * 100)
-    assert "data.txt: a binary file" in error_of(tiny_args(tmp_path / "bin", tmp_path / "r3", cache, "--steps", "2"))
+    assert "data.txt, line 1: a binary file" in error_of(tiny_args(tmp_path / "bin", tmp_path / "r3", cache, "--steps", "2"))
     (tmp_path / "nofiles").mkdir()
     (tmp_path / "nofiles" / "notes.json").write_text("{}")
     assert "nofiles: no text files in this folder" in error_of(

@@ -89,9 +89,24 @@ def test_two_rotary_layers_learn_the_copy_task():
     assert copy_task_accuracy(BertPretraining(config, sentence=None), lr=1e-3, steps=350) > 0.9
 
 
-def test_multiple_choice_is_refused_for_rotary_encoders():
-    from bertforge import BertforgeError
-    from bertforge.tasks.choice import MultipleChoiceTask
+def test_multiple_choice_saves_the_encoder_for_transformers_and_our_heads_beside_it(tmp_path):
+    from bertforge.tasks.choice import ChoiceScorer, MultipleChoiceTask
 
-    with pytest.raises(BertforgeError, match="multiple choice is not supported for RoFormer"):
-        MultipleChoiceTask().configure(tiny_config(**ROFORMER), None, None)
+    torch.manual_seed(0)
+    config = MultipleChoiceTask().configure(tiny_config(**ROFORMER), None, None)
+    ours = ChoiceScorer(config).eval()
+    randomise(ours)
+    save_pretrained(ours, str(tmp_path))
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["RoFormerModel"]
+    assert (tmp_path / "bertforge_heads.safetensors").exists()  # the [CLS] pooler and the scorer
+    back = load_pretrained(str(tmp_path), cls=ChoiceScorer).eval()
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, config.vocab_size, (2, 3, 12), generator=g)
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
+    with torch.no_grad():
+        assert torch.equal(ours.logits(batch), back.logits(batch))
+        theirs, info = transformers.RoFormerModel.from_pretrained(tmp_path, output_loading_info=True)
+        assert not info["missing_keys"], info
+        flat = {k: v.view(-1, 12) for k, v in batch.items()}
+        hidden = ours.bert(**flat).last_hidden_state
+        assert (theirs.eval()(**flat).last_hidden_state - hidden).abs().max() <= 1e-5

@@ -92,9 +92,12 @@ _SENTENCE = {"bert": "cls.seq_relationship", "albert": "sop_classifier.classifie
 ROTARY_TABLE = "encoder.embed_positions.weight"
 # Classes HF lacks, saved as the nearest it has (the missing heads go in our heads file). GPT-1's
 # multiple-choice head is the one of HF's double-heads model (LM and choice); HF has no GPT token
-# tagger or span extractor, so those are its bare decoder with our head beside it.
+# tagger or span extractor, so those are its bare decoder with our head beside it. HF's
+# RoFormerForMultipleChoice scores the last position (padding, in a padded batch) with no pooler,
+# which our [CLS] pooler and scorer are not: such a model is its encoder, our heads beside it.
 NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM", "OpenAIGPTForMultipleChoice": "OpenAIGPTDoubleHeadsModel",
-                 "OpenAIGPTForTokenClassification": "OpenAIGPTModel", "OpenAIGPTForQuestionAnswering": "OpenAIGPTModel"}
+                 "OpenAIGPTForTokenClassification": "OpenAIGPTModel", "OpenAIGPTForQuestionAnswering": "OpenAIGPTModel",
+                 "RoFormerForMultipleChoice": "RoFormerModel"}
 
 # ModernBERT and GPT-1: our names -> HF's, by prefix (their fused QKV projections are ours as they
 # are). Which biases exist depends on the config, so the pairs are made from the model's own
@@ -164,6 +167,8 @@ def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[s
         heads["nsp"] = _linear("dense", _SENTENCE[model_type])
     if model_type in ("roberta", "electra", "roformer") and architecture.endswith("ForSequenceClassification"):
         heads["classifier"] = _linear("dense", "classifier.out_proj")
+    if model_type == "roformer" and architecture.endswith("ForMultipleChoice"):
+        heads["classifier"] = _linear("dense", "bertforge_classifier")
     return heads
 
 
@@ -172,7 +177,8 @@ def pooler_key(model_type: str, architecture: str = "") -> str | None:
     if model_type in ("roberta", "electra", "roformer") and architecture.endswith("ForSequenceClassification"):
         return "classifier.dense"  # dense -> tanh (RoBERTa), GELU (ELECTRA) or hidden_act (RoFormer) -> out_proj
     if model_type == "roformer":
-        return "bertforge_pooler.dense" if architecture == "BertForPreTraining" else None
+        ours = architecture == "BertForPreTraining" or architecture.endswith("ForMultipleChoice")
+        return "bertforge_pooler.dense" if ours else None
     if model_type == "electra" and architecture.endswith("ForMultipleChoice"):
         return "sequence_summary.summary"  # dense -> GELU, as ELECTRA's pooler
     return POOLER_KEYS.get(model_type)

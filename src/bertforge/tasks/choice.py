@@ -114,11 +114,6 @@ class MultipleChoiceTask:
         return ChoiceScorer(config)
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
-        if config.model_type == "roformer":
-            # HF's RoFormerForMultipleChoice summarises the last token without a projection, which
-            # our [CLS] pooler cannot be saved as: the model would not reload with its weights.
-            raise BertforgeError("multiple choice is not supported for RoFormer (rotary) encoders: "
-                                 "pretrain with --positions absolute for this task")
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
         if config.model_type == "openai-gpt":  # HF's multiple-choice head projects to num_labels: one score
             extra["id2label"] = {0: "LABEL_0"}
