@@ -242,7 +242,7 @@ def test_pretrain_finetune_predict_through_the_command_line(tmp_path, capsys):
     assert [p["label"] for p in predicted] == ["1", "0"]
     assert main(["finetune", "--task", "sst2", "--train", data, "--dev", data, "--model", str(tmp_path / "clf" / "model"),
                  "--out", str(tmp_path / "bad"), "--lm-weight", "-1"]) == 2
-    assert "auxiliary LM weight" in capsys.readouterr().err
+    assert "--lm-weight must be a finite number >= 0" in capsys.readouterr().err
 
 
 def test_the_auxiliary_lm_is_refused_for_an_encoder(tmp_path):
