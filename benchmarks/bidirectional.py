@@ -5,6 +5,7 @@ RTE, CoNLL-2003 and a SWAG-style multiple-choice set; each against its own archi
 initialised.
 
     python benchmarks/bidirectional.py [--minutes 12] [--seeds 0 1] [--out runs/bench-bidirectional]
+                                       [--tasks sst2 mrpc rte conll choice] [--starts pretrained random]
 
 Each model pretrains with `bertforge pretrain`'s defaults for its objective (the small-budget
 recipe: BERT with rotary positions, MLM + NSP; GPT-1 with learned positions at half the learning
@@ -88,6 +89,8 @@ def main() -> None:
     parser.add_argument("--preset", default="bert-mini")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--starts", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"],
+                        help="fine-tune the pretrained models, their random-init baselines, or both")
     args = parser.parse_args()
     corpus = os.path.join(DATA, "corpus", "gutenberg")
     if not os.path.isdir(corpus):
@@ -126,6 +129,8 @@ def main() -> None:
             if not os.path.isdir(random_model):
                 random_init(os.path.join(run_dir, "model"), random_model, seed)
             for start, model in (("pretrained", os.path.join(run_dir, "model")), ("random", random_model)):
+                if start not in args.starts:
+                    continue
                 for task in args.tasks:
                     key = f"{name} {start} {task} seed={seed}"
                     if key in results:
