@@ -30,7 +30,7 @@ import subprocess
 import sys
 
 import numpy as np
-from family import DATA, records, run, subsets
+from family import DATA, bert_vocabulary, records, run, subsets, workspace
 
 MODELS = {"bert": "bert", "gpt": "gpt"}  # name: --objective
 TASKS = {  # name: (--task, train, dev, metric, settings)
@@ -92,16 +92,10 @@ def main() -> None:
     parser.add_argument("--starts", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"],
                         help="fine-tune the pretrained models, their random-init baselines, or both")
     args = parser.parse_args()
-    corpus = os.path.join(DATA, "corpus", "gutenberg")
-    if not os.path.isdir(corpus):
-        sys.exit(f"needs the shared corpus at {corpus}")
-    work = os.path.abspath(args.out)
-    os.makedirs(work, exist_ok=True)
+    corpus, work = workspace(args.out)
     subsets(work)
     choice_sets(work)
-    tokenizer, cache = os.path.join(work, "tokenizer"), os.path.join(work, "cache")
-    subprocess.run([sys.executable, "-c", f"from bertforge import Tokenizer; Tokenizer.from_vocab("
-                    f"{os.path.join(DATA, 'bert', 'vocab.txt')!r}).save_pretrained({tokenizer!r})"], check=True)
+    tokenizer, cache = bert_vocabulary(work), os.path.join(work, "cache")
     saved = os.path.join(work, "results.json")
     results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}
 

@@ -48,6 +48,24 @@ def records(out: str) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
+def workspace(out: str) -> tuple[str, str]:
+    """The shared Gutenberg corpus and `out` as an absolute folder, made; exits without the shared data."""
+    corpus = os.path.join(DATA, "corpus", "gutenberg")
+    if not os.path.isdir(corpus):
+        sys.exit(f"needs the shared corpus at {corpus}")
+    work = os.path.abspath(out)
+    os.makedirs(work, exist_ok=True)
+    return corpus, work
+
+
+def bert_vocabulary(work: str) -> str:
+    """bert-base-uncased's WordPiece saved as a tokenizer folder in `work`, shared by every run."""
+    tokenizer = os.path.join(work, "tokenizer")
+    subprocess.run([sys.executable, "-c", f"from bertforge import Tokenizer; Tokenizer.from_vocab("
+                    f"{os.path.join(DATA, 'bert', 'vocab.txt')!r}).save_pretrained({tokenizer!r})"], check=True)
+    return tokenizer
+
+
 def subsets(work: str) -> None:
     """A fixed random 10,000 SST-2 training sentences and the first 5,000 CoNLL training sentences."""
     with open(os.path.join(DATA, "glue/SST-2/train.tsv"), encoding="utf-8") as f:
@@ -79,16 +97,10 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", default=[*OBJECTIVES, "random-init"], choices=[*OBJECTIVES, "random-init"],
                         help="objectives to pretrain, and random-init for the baseline")
     args = parser.parse_args()
-    corpus = os.path.join(DATA, "corpus", "gutenberg")
-    if not os.path.isdir(corpus):
-        sys.exit(f"needs the shared corpus at {corpus}")
-    os.makedirs(args.out, exist_ok=True)
-    work = os.path.abspath(args.out)
+    corpus, work = workspace(args.out)
     subsets(work)
-    tokenizer, cache = os.path.join(work, "tokenizer"), os.path.join(work, "cache")
+    tokenizer, cache = bert_vocabulary(work), os.path.join(work, "cache")
     python = [sys.executable, "-c"]
-    subprocess.run(python + [f"from bertforge import Tokenizer; Tokenizer.from_vocab("
-                             f"{os.path.join(DATA, 'bert', 'vocab.txt')!r}).save_pretrained({tokenizer!r})"], check=True)
 
     saved = os.path.join(work, "results.json")
     results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}

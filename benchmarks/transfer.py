@@ -18,6 +18,7 @@ import sys
 import time
 
 import numpy as np
+from family import workspace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
@@ -50,11 +51,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--out", default="runs/bench-transfer")
     args = parser.parse_args()
-    corpus = os.path.join(DATA, "corpus", "gutenberg")
-    if not os.path.isdir(corpus):
-        sys.exit(f"needs the shared corpus at {corpus}")
-    work = os.path.abspath(args.out)
-    os.makedirs(work, exist_ok=True)
+    corpus, work = workspace(args.out)
     saved = os.path.join(work, "results.json")
     results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}
 
