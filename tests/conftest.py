@@ -1,10 +1,11 @@
+import json
 import os
 
 import numpy as np
 import pytest
 import torch
 
-from bertforge import BertConfig
+from bertforge import BertConfig, Tokenizer, save_pretrained
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
 
@@ -102,3 +103,42 @@ def copy_task_accuracy(model, lr: float, steps: int) -> float:
     with torch.no_grad():
         _, correct = model.eval()(held_out)
     return float(correct["mlm"]) / len(held_out["mlm_targets"])
+
+
+TEXTS = ["a good film", "truly great acting", "a bad film", "truly awful acting", "john lives in paris",
+         "mary went to london", "the castle was built in 1280 by king edward", "when was the castle built"]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """A masked LM, an encoder, and one fine-tuned model per task family, all tiny (a few steps of
+    training): the service and export tests' models."""
+    from bertforge.finetune import finetune
+    from bertforge.models.bert import Bert
+    from bertforge.objectives import BertPretraining
+    from bertforge.tasks import make_task
+    from bertforge.training.trainer import TrainOptions
+
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = Tokenizer.train(texts=TEXTS * 3, vocab_size=90, min_frequency=1)
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=48)
+    save_pretrained(BertPretraining(config), str(root / "mlm"), tokenizer)
+    save_pretrained(Bert(config), str(root / "base"), tokenizer)
+    data = {
+        "sst2": ("train.tsv", "sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(TEXTS))),
+        "ner": ("train.txt", "john B-PER\nlives O\nin O\nparis B-LOC\n\nmary B-PER\nwent O\nto O\nlondon B-LOC\n"),
+        "qa": ("train.json", json.dumps({"data": [{"paragraphs": [{"context": TEXTS[6], "qas": [
+            {"id": "a", "question": TEXTS[7], "answers": [{"text": "1280", "answer_start": 24}]}]}]}]})),
+        "multiple-choice": ("train.jsonl", json.dumps({"context": "a good", "choices": ["film", "acting"],
+                                                       "label": 0}) + "\n"),
+    }
+    out = {"mlm": str(root / "mlm"), "base": str(root / "base")}
+    for task, (name, text) in data.items():
+        (root / name).write_text(text)
+        run = root / task
+        options = TrainOptions(out=str(run), lr=1e-3, steps=2, progress=False, keep=1, precision="fp32")
+        finetune(make_task(task, max_seq_length=48), str(root / name), str(root / name), out["base"], str(run),
+                 batch_size=1, options=options)
+        out[task] = str(run / "model")
+    return out

@@ -23,12 +23,20 @@ def max_diff(ours, theirs) -> float:
 
 def assert_same_outputs(ours: Bert, theirs, batch):
     ours.eval(), theirs.eval()
+    theirs.set_attn_implementation("eager")  # the one HF path that returns attention probabilities
     with torch.no_grad():
-        a = ours(**batch, output_hidden_states=True)
-        b = theirs(**batch, output_hidden_states=True)
+        a = ours(**batch, output_hidden_states=True, output_attentions=True)
+        b = theirs(**batch, output_hidden_states=True, output_attentions=True)
+        plain = ours(**batch).last_hidden_state
     assert len(a.hidden_states) == len(b.hidden_states) == ours.config.num_hidden_layers + 1
     for mine, hf in zip(a.hidden_states, b.hidden_states):
         assert max_diff(mine, hf) <= 1e-5
+    assert len(a.attentions) == len(b.attentions) == ours.config.num_hidden_layers
+    for mine, hf in zip(a.attentions, b.attentions):
+        assert mine.shape == hf.shape
+        assert max_diff(mine, hf) <= 1e-5
+    # asking for the attentions does not change the outputs (SDPA's path against the written-out one)
+    assert max_diff(plain, a.last_hidden_state) <= 1e-5
     assert max_diff(a.last_hidden_state, b.last_hidden_state) <= 1e-5
     assert max_diff(a.pooler_output, b.pooler_output) <= 1e-5
 

@@ -107,8 +107,31 @@ def cmd_fill_mask(args) -> None:
     from .fill_mask import FillMask
 
     fill = FillMask(args.model)
-    for number, candidates in enumerate(fill(args.text, args.top_k), start=1):
-        print(f"[MASK] {number}: " + "  ".join(f"{token} ({p:.3g})" for token, p in candidates))
+    masks = fill.fill([args.text], args.top_k)[0]
+    if args.json:  # pipeline("fill-mask")'s records: score, token, token_str, sequence
+        print(json.dumps(masks, ensure_ascii=False))
+        return
+    for number, candidates in enumerate(masks, start=1):
+        print(f"[MASK] {number}: " + "  ".join(f"{c['token_str']} ({c['score']:.3g})" for c in candidates))
+
+
+def cmd_serve(args) -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise BertforgeError("bertforge serve needs starlette and uvicorn: pip install 'bertforge[serve]'") from None
+    from .serve.app import serve
+
+    serve(args.model, args.host, args.port, args.device, args.max_batch, args.max_wait_ms)
+
+
+def cmd_export(args) -> None:
+    from .formats.onnx import export_onnx
+
+    report = export_onnx(args.model, args.out, opset=args.opset, check=not args.no_check)
+    print(f"wrote {args.out}: inputs {', '.join(report['inputs'])}; outputs {', '.join(report['outputs'])}"
+          + (f"; onnxruntime agrees to {report['max_difference']:.1e}" if "max_difference" in report else ""))
 
 
 def cmd_generate(args) -> None:
@@ -419,7 +442,31 @@ def build_parser() -> argparse.ArgumentParser:
     fill.add_argument("model", help="a checkpoint with a masked-LM head")
     fill.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] sat on the mat"')
     fill.add_argument("--top-k", type=int, default=5, help="candidates shown per [MASK]")
+    fill.add_argument("--json", action="store_true", help="print one JSON list per text: for each [MASK], records "
+                      "{score, token, token_str, sequence} as transformers' pipeline('fill-mask')")
     fill.set_defaults(func=cmd_fill_mask)
+
+    sv = commands.add_parser("serve", help="an HTTP service and a web page for a model (fill-mask, predict, "
+                             "embed, attention)", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sv.add_argument("model", help="a BERT-family directory: pretrained (with or without its masked-LM head) or "
+                    "fine-tuned by bertforge finetune")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    sv.add_argument("--port", type=int, default=8000, help="port to listen on")
+    sv.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    sv.add_argument("--max-batch", type=int, default=32, help="texts answered by one model call at most")
+    sv.add_argument("--max-wait-ms", type=float, default=5.0,
+                    help="how long a request waits for others to share its model call")
+    sv.set_defaults(func=cmd_serve)
+
+    ex = commands.add_parser("export", help="write a model as an ONNX file (every head; dynamic batch and length)",
+                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ex.add_argument("model", help="a BERT-family directory, pretrained or fine-tuned")
+    ex.add_argument("out", help="the .onnx file to write")
+    ex.add_argument("--format", choices=["onnx"], default="onnx", help="the export format")
+    ex.add_argument("--opset", type=int, default=18, help="ONNX opset version")
+    ex.add_argument("--no-check", action="store_true",
+                    help="skip running the file in onnxruntime and comparing it with the model")
+    ex.set_defaults(func=cmd_export)
 
     gen = commands.add_parser("generate", help="continue a prompt with a left-to-right language model (GPT-1)",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)

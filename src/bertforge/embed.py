@@ -54,42 +54,61 @@ def combine(hidden_states: tuple[torch.Tensor, ...], layers: str | int) -> torch
     raise BertforgeError(f"layers must be a layer number or one of {', '.join(LAYER_CHOICES)}, got {layers!r}")
 
 
+class Embedder:
+    """An encoder and its tokenizer, loaded once, turning texts into vectors (what
+    sentence-transformers' `SentenceTransformer.encode` is to its users)."""
+
+    def __init__(self, model, tokenizer: Tokenizer):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "Embedder":
+        """The encoder of any HF BERT-family directory (heads are left out)."""
+        return cls(load_pretrained(directory, device=device), Tokenizer.from_pretrained(directory))
+
+    def encode(self, texts: list[str], layers: str | int = "last", pooling: str = "mean", batch_size: int = 128,
+               max_length: int | None = None, precision: str = "fp32") -> list[np.ndarray] | np.ndarray:
+        """Vectors for `texts`.
+
+        `pooling`: `mean` over the real tokens, `cls` (the [CLS] vector), both giving an (N, D) array;
+        or `tokens`, giving one (tokens, D) array per text, special tokens included. Texts are batched
+        in order of length, so little is computed on padding. `precision` "bf16" runs the matrix
+        products in bf16 (about 1.7x faster on a CPU with AVX512-BF16; vectors then differ from fp32
+        ones by ~1e-2 at most); the vectors are always returned in fp32.
+        """
+        if pooling not in POOLING:
+            raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
+        if precision not in ("fp32", "bf16"):
+            raise BertforgeError(f"precision must be fp32 or bf16, got {precision!r}")
+        reuse_freed_memory()
+        model, tokenizer = self.model, self.tokenizer
+        device = next(model.parameters()).device
+        encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_length)
+        out = [None] * len(texts)
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+        with torch.inference_mode(), autocast:
+            for rows in in_length_order(encodings, batch_size):
+                batch = {k: v.to(device) for k, v in tokenizer.pad([encodings[i] for i in rows]).items()}
+                batch["token_type_ids"] = token_types(model, batch["token_type_ids"])
+                states = model(**batch, output_hidden_states=True).hidden_states
+                vectors = combine(states, layers).float()  # (B, T, D)
+                mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
+                for k, i in enumerate(rows):
+                    n = len(encodings[i])
+                    if pooling == "tokens":
+                        out[i] = vectors[k, :n].cpu().numpy()
+                    elif pooling == "cls":
+                        out[i] = vectors[k, 0].cpu().numpy()
+                    else:
+                        out[i] = ((vectors[k] * mask[k]).sum(0) / mask[k].sum()).cpu().numpy()
+        return out if pooling == "tokens" else np.stack(out)
+
+
 def embed(directory: str, texts: list[str], layers: str | int = "last", pooling: str = "mean",
           batch_size: int = 128, max_length: int | None = None, precision: str = "fp32") -> list[np.ndarray] | np.ndarray:
-    """Vectors for `texts` from the encoder in `directory` (any HF BERT directory).
-
-    `pooling`: `mean` over the real tokens, `cls` (the [CLS] vector), both giving an (N, D) array;
-    or `tokens`, giving one (tokens, D) array per text, special tokens included. Texts are batched
-    in order of length, so little is computed on padding. `precision` "bf16" runs the matrix
-    products in bf16 (about 1.7x faster on a CPU with AVX512-BF16; vectors then differ from fp32
-    ones by ~1e-2 at most); the vectors are always returned in fp32.
-    """
-    if pooling not in POOLING:
-        raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
-    if precision not in ("fp32", "bf16"):
-        raise BertforgeError(f"precision must be fp32 or bf16, got {precision!r}")
-    reuse_freed_memory()
-    tokenizer = Tokenizer.from_pretrained(directory)
-    model = load_pretrained(directory).eval()
-    encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_length)
-    out = [None] * len(texts)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
-    with torch.inference_mode(), autocast:
-        for rows in in_length_order(encodings, batch_size):
-            batch = tokenizer.pad([encodings[i] for i in rows])
-            batch["token_type_ids"] = token_types(model, batch["token_type_ids"])
-            states = model(**batch, output_hidden_states=True).hidden_states
-            vectors = combine(states, layers).float()  # (B, T, D)
-            mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
-            for k, i in enumerate(rows):
-                n = len(encodings[i])
-                if pooling == "tokens":
-                    out[i] = vectors[k, :n].numpy()
-                elif pooling == "cls":
-                    out[i] = vectors[k, 0].numpy()
-                else:
-                    out[i] = ((vectors[k] * mask[k]).sum(0) / mask[k].sum()).numpy()
-    return out if pooling == "tokens" else np.stack(out)
+    """Vectors for `texts` from the encoder in `directory` (any HF BERT directory); see `Embedder.encode`."""
+    return Embedder.from_pretrained(directory).encode(texts, layers, pooling, batch_size, max_length, precision)
 
 
 def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:

@@ -15,13 +15,13 @@ from .tokenizer import MASK, Tokenizer
 class FillMask:
     """A loaded model and tokenizer, ready to answer many queries."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, device: str | torch.device = "cpu"):
         if isinstance(read_config(directory), GPTConfig):
             raise BertforgeError(f"{directory}: a left-to-right language model (GPT-1) has no masked-LM head; "
                                  "fill-mask needs a BERT-family model (continue text with `bertforge generate`)")
         self.tokenizer = Tokenizer.from_pretrained(directory)
         try:
-            self.model = load_pretrained(directory, cls=BertPretraining, sentence=None).eval()
+            self.model = load_pretrained(directory, cls=BertPretraining, device=device, sentence=None).eval()
         except BertforgeError as e:
             if "missing weights: mlm." in str(e):
                 raise BertforgeError(f"{directory}: no masked-LM head in this checkpoint (a BertModel?); "
@@ -30,21 +30,48 @@ class FillMask:
 
     def __call__(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """For each `[MASK]` in `text`, the `top_k` most likely tokens with their probabilities."""
-        check("top_k", top_k, count(1))
+        return [[(c["token_str"], c["score"]) for c in mask] for mask in self.fill([text], top_k)[0]]
+
+    def encode(self, text: str):
+        """The encoding of `text` cut to the model's positions; an error when no `[MASK]` is left in it."""
         limit = self.model.bert.config.max_length
         encoding = self.tokenizer.encode(text, max_length=limit)
-        positions = [i for i, token_id in enumerate(encoding.ids) if token_id == self.tokenizer.mask_id]
-        if not positions:
+        if self.tokenizer.mask_id not in encoding.ids:
             whole = self.tokenizer.encode(text)
             if self.tokenizer.mask_id in whole.ids:
                 raise BertforgeError(f"the {MASK} is token {whole.ids.index(self.tokenizer.mask_id) + 1} of the text, "
                                      f"beyond the model's {limit} positions: shorten the text before it")
             shown = text if len(text) <= 80 else text[:77] + "..."
             raise BertforgeError(f"no {MASK} in the text: {shown!r}")
-        batch = self.tokenizer.pad([encoding])
+        return encoding
+
+    def fill(self, texts: list[str], top_k: int = 5) -> list[list[list[dict]]]:
+        """For each text, for each of its `[MASK]`s, the `top_k` candidates as `transformers`'
+        `pipeline("fill-mask")` gives them: {"score", "token" (id), "token_str", "sequence" (the
+        text with this mask filled)}. The texts run as one batch."""
+        check("top_k", top_k, count(1))
+        encodings = [self.encode(text) for text in texts]
+        device = self.model.bert.embeddings.word.weight.device
+        batch = {k: v.to(device) for k, v in self.tokenizer.pad(encodings).items()}
+        rows, positions = [], []
+        for row, encoding in enumerate(encodings):
+            for i, token_id in enumerate(encoding.ids):
+                if token_id == self.tokenizer.mask_id:
+                    rows.append(row)
+                    positions.append(row * batch["input_ids"].shape[1] + i)
         with torch.no_grad():
-            hidden = self.model.bert(**batch).last_hidden_state
-            probs = self.model.mlm_logits(hidden, torch.tensor(positions)).softmax(-1)  # (M, V)
+            hidden = self.model.bert(**batch).last_hidden_state  # (B, T, H)
+            logits = self.model.mlm_logits(hidden, torch.tensor(positions, device=device))  # (M, V)
+            probs = logits.float().softmax(-1)
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        return [[(self.tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(row_p, row_i)]
-                for row_p, row_i in zip(top.values, top.indices)]
+        out = [[] for _ in texts]
+        for row, position, values, indices in zip(rows, positions, top.values.tolist(), top.indices.tolist()):
+            ids = list(encodings[row].ids)
+            column = position % batch["input_ids"].shape[1]
+            candidates = []
+            for p, i in zip(values, indices):
+                ids[column] = i
+                shown = self.tokenizer.decode([i], skip_special_tokens=False).strip()
+                candidates.append({"score": p, "token": i, "token_str": shown, "sequence": self.tokenizer.decode(ids)})
+            out[row].append(candidates)
+        return out

@@ -70,14 +70,25 @@ class Dropout(nn.Module):
         return dropout(x, self.p, self.training)
 
 
+def attention_probs(q, k, mask) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask): how much each query attends to each key, (B, N, T, T)."""
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, N, T, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(-1)
+
+
 def attention(q, k, v, mask, dropout_p: float):
     """softmax(q k^T / sqrt(D) + mask) v, written out. On a CPU this beats SDPA's kernels in bf16
     and whenever there is attention dropout (which sends SDPA to its slow reference path): forward
     + backward of a bert-mini layer's attention in bf16 takes 18 ms against SDPA's 43."""
-    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, N, T, T)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return dropout(scores.softmax(-1), dropout_p, dropout_p > 0) @ v  # (B, N, T, D)
+    return dropout(attention_probs(q, k, mask), dropout_p, dropout_p > 0) @ v  # (B, N, T, D)
+
+
+def tracing() -> bool:
+    """True while torch.export, torch.compile or the ONNX exporter traces the model: a shortcut
+    that reads tensor values (a data-dependent branch) must be skipped then."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def attend(q, k, v, mask, dropout_p: float, causal: bool = False) -> torch.Tensor:
@@ -137,7 +148,8 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x, mask, rotary=None):
+    def forward(self, x, mask, rotary=None, attentions: list | None = None):
+        """`attentions`, when given, receives this layer's attention probabilities (B, N, T, T)."""
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)  # (B, T, 3, N, D)
         if rotary is None:
@@ -145,7 +157,11 @@ class SelfAttention(nn.Module):
         else:  # RoFormer: queries and keys turned in one pass
             q, k = rotate(qkv[:, :, :2], *rotary).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
             v = qkv[:, :, 2].transpose(1, 2)  # (B, N, T, D)
-        y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, N, T, D)
+        if attentions is not None:  # looking inside: the probabilities themselves, without dropout
+            attentions.append(attention_probs(q, k, mask))
+            y = attentions[-1] @ v  # (B, N, T, D)
+        else:
+            y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, N, T, D)
         return self.out(y.transpose(1, 2).reshape(B, T, H))  # (B, T, H)
 
 
@@ -162,8 +178,8 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x, mask, rotary=None):
-        x = self.attention_norm(x + self.dropout(self.attention(x, mask, rotary)))  # (B, T, H)
+    def forward(self, x, mask, rotary=None, attentions=None):
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask, rotary, attentions)))  # (B, T, H)
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
 
 
@@ -192,6 +208,8 @@ class EncoderOutput(NamedTuple):
     pooler_output: torch.Tensor | None  # (B, H); None for an encoder built without a pooler
     # The embedding output followed by each layer's output (L + 1 tensors), when asked for.
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    # Each layer's attention probabilities (L tensors of (B, N, T, T)), when asked for.
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class Bert(nn.Module):
@@ -219,8 +237,11 @@ class Bert(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        output_attentions: bool = False,
     ) -> EncoderOutput:
-        """Encode token ids (B, T). `attention_mask` is 1 for real tokens and 0 for padding."""
+        """Encode token ids (B, T). `attention_mask` is 1 for real tokens and 0 for padding.
+        `output_attentions` returns each layer's attention probabilities (dropout never applied to
+        them), computed written out rather than by SDPA, which does not expose them."""
         B, T = input_ids.shape
         config = self.config
         if token_type_ids is None or config.type_vocab_size == 1:
@@ -238,7 +259,8 @@ class Bert(nn.Module):
             rotary = rotary_tables(given[..., None, None], config.head_size)
         elif position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        if attention_mask is not None and input_ids.device.type == "cpu" and bool(attention_mask.all()):
+        if attention_mask is not None and input_ids.device.type == "cpu" and not tracing() \
+                and bool(attention_mask.all()):
             attention_mask = None  # no padding: skip a pass over every score matrix (on a GPU, skip the sync)
         # A boolean mask where True means "may attend"; (B, 1, 1, T) broadcasts over heads and
         # query positions, so padding is hidden from every query.
@@ -247,13 +269,15 @@ class Bert(nn.Module):
         if self.project is not None:
             x = self.project(x)  # (B, T, H)
         states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
         per_weights = config.num_hidden_layers / len(self.layers)  # layers sharing one set (ALBERT)
         for i in range(config.num_hidden_layers):
-            x = self.layers[int(i / per_weights)](x, mask, rotary)
+            x = self.layers[int(i / per_weights)](x, mask, rotary, attentions)
             if states is not None:
                 states.append(x)
         pooled = self.pooler(x) if self.pooler is not None else None
-        return EncoderOutput(x, pooled, tuple(states) if states is not None else None)
+        return EncoderOutput(x, pooled, tuple(states) if states is not None else None,
+                             tuple(attentions) if attentions is not None else None)
 
 
 def init_weights(module: nn.Module, std: float) -> None:

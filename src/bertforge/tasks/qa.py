@@ -199,14 +199,15 @@ class QuestionAnsweringTask:
                 out[i] = (s[:n], e[:n])
         return out
 
-    def answers(self, logits: list[tuple], features: list[dict], questions: list[dict]) -> tuple[dict, dict]:
-        """The best non-null answer text of each question and its null margin (null score minus
-        the best span's score; SQuAD 2.0 answers "" when the margin exceeds the threshold)."""
+    def spans(self, logits: list[tuple], features: list[dict], questions: list[dict]) -> dict:
+        """Each question's best non-null span, {id: {"text", "start", "end", "score", "margin"}}:
+        character offsets into the context, the span's score (start + end logit) and its null
+        margin (null score minus the span's; SQuAD 2.0 answers "" when it exceeds the threshold)."""
         best = {}
         for (start_logits, end_logits), f in zip(logits, features):
             q = f["question"]
             null = float(start_logits[0] + end_logits[0])
-            entry = best.setdefault(q, {"score": -float("inf"), "text": "", "null": float("inf")})
+            entry = best.setdefault(q, {"score": -float("inf"), "start": 0, "end": 0, "null": float("inf")})
             entry["null"] = min(entry["null"], null)
             n_window = len(f["offsets"])
             starts = start_logits.topk(min(self.n_best, len(start_logits))).indices.tolist()
@@ -220,12 +221,20 @@ class QuestionAnsweringTask:
                         continue
                     score = float(start_logits[s] + end_logits[e])
                     if score > entry["score"]:
-                        context = questions[q]["context"]
-                        entry.update(score=score, text=context[f["offsets"][i][0]: f["offsets"][j][1]])
-        texts = {questions[q]["id"]: e["text"] for q, e in best.items()}
-        # No valid span at all (an empty context, say): a large finite margin, so JSON stays valid.
-        margins = {questions[q]["id"]: min(e["null"] - e["score"], 1e9) for q, e in best.items()}
-        return texts, margins
+                        entry.update(score=score, start=f["offsets"][i][0], end=f["offsets"][j][1])
+        out = {}
+        for q, e in best.items():
+            context = questions[q]["context"]
+            # No valid span at all (an empty context, say): a large finite margin, so JSON stays valid.
+            out[questions[q]["id"]] = {"text": context[e["start"]: e["end"]], "start": e["start"], "end": e["end"],
+                                       "score": e["score"] if e["score"] > -float("inf") else None,
+                                       "margin": min(e["null"] - e["score"], 1e9)}
+        return out
+
+    def answers(self, logits: list[tuple], features: list[dict], questions: list[dict]) -> tuple[dict, dict]:
+        """The best non-null answer text of each question and its null margin (see `spans`)."""
+        spans = self.spans(logits, features, questions)
+        return {k: s["text"] for k, s in spans.items()}, {k: s["margin"] for k, s in spans.items()}
 
     def score(self, logits, features, names, questions) -> dict:
         texts, margins = self.answers(logits, features, questions)

@@ -1,0 +1,142 @@
+"""ONNX export: any BERT-family directory, pretrained or fine-tuned, with its head, as one `.onnx`
+file that runs without bertforge (onnxruntime, or any ONNX runtime).
+
+Inputs are `input_ids`, `attention_mask` and `token_type_ids`, int64, (batch, sequence) with both
+axes dynamic ((batch, choices, sequence) for multiple choice). Outputs are named as
+`transformers`' model outputs: `last_hidden_state` and `pooler_output` for an encoder, `logits`
+(every position's vocabulary scores) and `seq_relationship_logits` for a pretraining checkpoint,
+`logits` for classification, tagging and multiple choice, `start_logits` and `end_logits` for QA.
+Written through `torch.onnx.export`'s torch.export path, checked by running the file in
+onnxruntime against the model itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import torch
+from torch import nn
+
+from ..config import GPTConfig
+from ..errors import BertforgeError
+from .hf import load_pretrained, read_config
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MLM_ARCHITECTURES = ("ForMaskedLM", "ForPreTraining")
+
+
+class Exportable(nn.Module):
+    """A model with the plain tensor signature an exporter traces: ids, mask, types -> outputs."""
+
+    def __init__(self, model: nn.Module, kind: str):
+        super().__init__()
+        self.model, self.kind = model, kind
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        if self.kind == "encoder":
+            out = self.model(input_ids, token_type_ids, attention_mask)
+            return (out.last_hidden_state,) if out.pooler_output is None else (out.last_hidden_state, out.pooler_output)
+        if self.kind == "pretraining":
+            out = self.model.bert(input_ids, token_type_ids, attention_mask)
+            logits = self.model.mlm(out.last_hidden_state, self.model.bert.embeddings.word.weight)  # (B, T, V)
+            return (logits,) if self.model.nsp is None else (logits, self.model.nsp(out.pooler_output))
+        logits = self.model.logits(batch)
+        return tuple(logits) if isinstance(logits, tuple) else (logits,)
+
+
+def exportable(directory: str) -> tuple[Exportable, list[str], str]:
+    """The model in `directory` wrapped for export, its output names, and its task family (or
+    "encoder" / "pretraining")."""
+    config = read_config(directory)
+    if isinstance(config, GPTConfig):
+        raise BertforgeError(f"{directory}: a GPT-1 model; export writes BERT-family models")
+    if config.bertforge_task:
+        from ..finetune import load_finetuned
+
+        model, task, _ = load_finetuned(directory)
+        names = ["start_logits", "end_logits"] if task.family == "qa" else ["logits"]
+        return Exportable(model, task.family).eval(), names, task.family
+    if any(a.endswith(MLM_ARCHITECTURES) for a in config.architectures or ()):
+        from ..objectives import BertPretraining
+
+        sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None
+        model = load_pretrained(directory, cls=BertPretraining, sentence=sentence)
+        names = ["logits"] + (["seq_relationship_logits"] if sentence else [])
+        return Exportable(model, "pretraining").eval(), names, "pretraining"
+    model = load_pretrained(directory)
+    names = ["last_hidden_state"] + (["pooler_output"] if model.pooler is not None else [])
+    return Exportable(model, "encoder").eval(), names, "encoder"
+
+
+def sample_inputs(vocab_size: int, choices: int | None, batch: int = 2, length: int = 9) -> tuple:
+    """Random rows, the last one padded when there are several: the exporter's example and the check's input."""
+    g = torch.Generator().manual_seed(0)
+    shape = (batch, length) if choices is None else (batch, choices, length)
+    ids = torch.randint(5, vocab_size, shape, generator=g)
+    mask = torch.ones(shape, dtype=torch.long)
+    if batch > 1:
+        mask[-1, ..., length - 3:] = 0
+    types = torch.zeros(shape, dtype=torch.long)
+    types[..., length // 2:] = 1
+    return ids * mask, mask, types * mask
+
+
+def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -> dict:
+    """Write the model in `directory` to `out` as ONNX; with `check`, run it in onnxruntime on a
+    padded batch and stop with an error if any output differs from ours by more than 1e-4."""
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise BertforgeError("export to ONNX needs onnx and onnxscript (and onnxruntime to check the file): "
+                             "pip install 'bertforge[onnx]'") from None
+    if not out.endswith(".onnx"):
+        raise BertforgeError(f"{out}: the ONNX file's name must end in .onnx")
+    wrapper, names, family = exportable(directory)
+    config = read_config(directory)
+    choices = 2 if family == "multiple-choice" else None
+    example = sample_inputs(config.vocab_size, choices)
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=config.max_length)
+    axes = {0: batch, 1: torch.export.Dim("choices"), 2: sequence} if choices else {0: batch, 1: sequence}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = f"{out}.tmp-{os.getpid()}"
+    # the exporter's own chatter (missing torchvision ops, axis renames) says nothing about this model
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(wrapper, example, dynamo=True, input_names=list(INPUTS), output_names=names,
+                                        dynamic_shapes={name: axes for name in INPUTS}, opset_version=opset,
+                                        external_data=False, optimize=True, verbose=False, report=False)
+        program.save(tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    report = {"inputs": list(INPUTS), "outputs": names, "family": family}
+    if check:
+        report["max_difference"] = compare(wrapper, out, config.vocab_size, choices)
+    return report
+
+
+def compare(wrapper: Exportable, path: str, vocab_size: int, choices: int | None) -> float:
+    """The largest difference between our outputs and onnxruntime's on a batch unlike the export's
+    example (other batch size and length, padding), so that the dynamic axes are exercised."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise BertforgeError("checking the ONNX file needs onnxruntime: pip install 'bertforge[onnx]' "
+                             "(or --no-check)") from None
+    inputs = sample_inputs(vocab_size, choices, batch=3, length=13)
+    with torch.no_grad():
+        ours = wrapper(*inputs)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    theirs = session.run(None, {name: x.numpy() for name, x in zip(INPUTS, inputs)})
+    worst = max(float((a - torch.from_numpy(b)).abs().max()) for a, b in zip(ours, theirs))
+    if worst > 1e-4:
+        raise BertforgeError(f"{path}: onnxruntime's outputs differ from the model's by {worst:.2e} (more than "
+                             "1e-4); the file is written but should not be trusted")
+    return worst

@@ -1,0 +1,78 @@
+"""Requests from many clients answered together: a few milliseconds' wait for company, then one
+model call for the whole batch, run off the event loop so that the service keeps accepting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+
+class Batcher:
+    """Collects items from concurrent requests into calls of `run(items) -> answers` (one answer per
+    item, in order). The first item waits at most `max_wait` seconds for others; a call takes at
+    most `max_batch` items, but never splits one request's items. If a call fails, each request is
+    retried on its own, so that whatever broke it fails only the request that brought it."""
+
+    def __init__(self, run: Callable[[list], list], executor: Executor, max_batch: int = 32,
+                 max_wait: float = 0.005):
+        self.run, self.executor = run, executor
+        self.max_batch, self.max_wait = max_batch, max_wait
+        self.queue: asyncio.Queue | None = None
+        self.worker: asyncio.Task | None = None
+        self.calls = 0  # model calls made, for tests and /info
+
+    def start(self) -> None:
+        self.queue = asyncio.Queue()
+        self.worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.cancel()
+            await asyncio.gather(self.worker, return_exceptions=True)
+            self.worker = None
+
+    async def __call__(self, items: list) -> list:
+        """The answers to one request's items."""
+        future = asyncio.get_running_loop().create_future()
+        await self.queue.put((items, future))
+        return await future
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiting = None  # a request taken from the queue that did not fit the last batch
+        while True:
+            first = waiting or await self.queue.get()
+            waiting = None
+            batch, size = [first], len(first[0])
+            deadline = loop.time() + self.max_wait
+            while size < self.max_batch:
+                try:
+                    request = await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    break
+                if size + len(request[0]) > self.max_batch:
+                    waiting = request
+                    break
+                batch.append(request)
+                size += len(request[0])
+            await self._answer(batch)
+
+    async def _answer(self, batch: list) -> None:
+        loop = asyncio.get_running_loop()
+        items = [item for request, _ in batch for item in request]
+        self.calls += 1
+        try:
+            answers = await loop.run_in_executor(self.executor, self.run, items)
+        except Exception as e:
+            if len(batch) > 1:  # find the request at fault: each on its own
+                for request in batch:
+                    await self._answer([request])
+            elif not batch[0][1].done():
+                batch[0][1].set_exception(e)
+            return
+        at = 0
+        for request, future in batch:
+            if not future.done():  # a client that went away has cancelled its future
+                future.set_result(answers[at: at + len(request)])
+            at += len(request)
