@@ -50,6 +50,17 @@ def random_batch(vocab_size: int, batch: int = 3, length: int = 16, seed: int = 
     return {"input_ids": ids, "token_type_ids": token_types, "attention_mask": mask}
 
 
+def assert_same_attentions(encoder, theirs, batch):
+    """Our attention probabilities against transformers' eager attention, layer by layer, to 1e-5."""
+    theirs.set_attn_implementation("eager")  # the one HF path that returns them
+    with torch.no_grad():
+        mine = encoder(**batch, output_attentions=True).attentions
+        expected = theirs(**batch, output_attentions=True).attentions
+    assert len(mine) == len(expected) == encoder.config.num_hidden_layers
+    for a, b in zip(mine, expected):
+        assert a.shape == b.shape and (a - b).abs().max() <= 1e-5
+
+
 def write_corpus(directory, n_docs=30, seed=0):
     """Documents of 2-9 random sentences over a 12-word vocabulary, in two files of the BERT layout."""
     rng = np.random.default_rng(seed)

@@ -202,3 +202,36 @@ def test_length_grouped_batches_cover_every_example_and_group_lengths():
     assert max(len(features[i]["ids"]) for s in seen for i in s) > 990
     step = next(data.batches(Position(0, 5)))
     assert step[0] == Position(0, 6)
+
+
+def test_cosine_schedule_is_transformers():
+    transformers = pytest.importorskip("transformers")
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    theirs = transformers.get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=10, num_training_steps=100)
+    expected = []
+    for _ in range(100):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        theirs.step()
+    ours = [lr_at(s, 100, 10, 1.0, "cosine") for s in range(100)]
+    # transformers' warm-up starts at 0 where ours starts at peak / warmup (the first step is not wasted)
+    assert ours[10:] == pytest.approx(expected[10:], abs=1e-9)
+    assert [lr_at(s, 100, 10, 1.0, "one-cycle") for s in range(100)] == ours
+
+
+def test_json_arrays_read_like_jsonl_and_unknown_suffixes_are_refused(tmp_path):
+    rows = [{"sentence": "a good film", "label": 1}, {"sentence": "a bad film", "label": 0}]
+    task = make_task("sst2")
+    (tmp_path / "a.json").write_text(json.dumps(rows, indent=2))
+    (tmp_path / "b.json").write_text(json.dumps({"version": 1, "data": rows}))
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    expected = [(e["text"], e["label"]) for e in task.read(str(tmp_path / "c.jsonl"))]
+    for name in ("a.json", "b.json"):
+        assert [(e["text"], e["label"]) for e in task.read(str(tmp_path / name))] == expected
+    (tmp_path / "d.json").write_text('[\n  {"sentence": "fine", "label": 1},\n  7\n]')
+    with pytest.raises(BertforgeError, match=r"d.json, line 3: example 2 is not a JSON object"):
+        task.read(str(tmp_path / "d.json"))
+    (tmp_path / "e.parquet").write_text("PAR1")
+    with pytest.raises(BertforgeError, match="cannot tell the format"):
+        task.read(str(tmp_path / "e.parquet"))

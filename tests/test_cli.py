@@ -2,7 +2,10 @@
 
 import os
 
-from bertforge import Tokenizer, load_pretrained
+import pytest
+from conftest import tiny_config
+
+from bertforge import Bert, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 
 
@@ -17,8 +20,6 @@ def test_tokenizer_train_and_info(tmp_path, capsys):
 
 
 def test_version(capsys):
-    import pytest
-
     with pytest.raises(SystemExit) as exit:
         main(["--version"])
     assert exit.value.code == 0 and capsys.readouterr().out.startswith("bertforge 0.")
@@ -34,8 +35,6 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
 
 
 def test_demo_runs_end_to_end(tmp_path, capsys):
-    import pytest
-
     from bertforge.demo import default_corpus
     from bertforge.errors import BertforgeError
 
@@ -49,6 +48,7 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert load_pretrained(str(tmp_path / "pretrain" / "model")).config.hidden_size == 128
     assert len(os.listdir(tmp_path / "corpus")) == 37 and os.listdir(tmp_path / "held-out") == ["hamlet.txt"]
     assert "masked-token accuracy" in out and "always guessing" in out
+    assert f"bertforge serve {tmp_path / 'pretrain' / 'model'}" in out  # how to look inside what it trained
 
 
 def test_plays_become_prose():
@@ -56,3 +56,53 @@ def test_plays_become_prose():
 
     play = "# Hamlet\n\n## ACT I\n\n_Enter BERNARDO_\n\n**BERNARDO**  \nWho's there?\n\n**FRANCISCO**  \nNay, answer me:  \nstand.\n"
     assert play_to_text(play) == "Who's there?\n\nNay, answer me: stand.\n"
+
+
+def test_help_shows_each_default_once_and_never_none(capsys):
+    import re
+
+    from bertforge.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for name, command in [*commands.items(), *commands["tokenizer"]._subparsers._group_actions[0].choices.items()]:
+        text = command.format_help()
+        assert "(default: None)" not in text and "(default: False)" not in text, name
+        for flag_help in re.split(r"\n  (?=-)", text):  # one flag's help at a time
+            assert len(re.findall(r"\(default", flag_help)) <= 1, (name, flag_help)
+
+
+def test_device_and_precision_decisions():
+    import torch
+
+    from bertforge.errors import BertforgeError
+    from bertforge.training.device import choose_precision, resolve_device
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert resolve_device("cpu") == cpu
+    assert resolve_device("auto") == (torch.device("cuda") if torch.cuda.is_available() else cpu)
+    for bad in ("tpu", "gpu0"):
+        with pytest.raises(BertforgeError, match="device"):
+            resolve_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(BertforgeError, match="no CUDA GPU"):
+            resolve_device("cuda")
+    # auto: bf16 where native; a GPU without it (T4, V100) trains in fp16 with a scaler; else fp32
+    assert choose_precision("auto", gpu, bf16=True) == "bf16"
+    assert choose_precision("auto", gpu, bf16=False) == "fp16"
+    assert choose_precision("auto", cpu, bf16=False) == "fp32"
+    assert choose_precision("auto", cpu, bf16=True) == "bf16"
+    assert choose_precision("fp32", gpu, bf16=True) == "fp32"
+    with pytest.raises(BertforgeError, match="fp16 is for GPUs"):
+        choose_precision("fp16", cpu)
+
+
+def test_inference_commands_take_a_device(tmp_path, capsys):
+    tokenizer = Tokenizer.train(texts=["a b c d e"] * 3, vocab_size=40, min_frequency=1)
+    save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(tmp_path / "m"), tokenizer)
+    (tmp_path / "t.txt").write_text("a b c\n")
+    assert main(["embed", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "t.txt"), "--output",
+                 str(tmp_path / "v.npy"), "--device", "cpu"]) == 0
+    assert main(["embed", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "t.txt"), "--output",
+                 str(tmp_path / "v.npy"), "--device", "tpu"]) == 2
+    assert "unknown device 'tpu'" in capsys.readouterr().err

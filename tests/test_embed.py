@@ -72,3 +72,19 @@ def test_embed_command_writes_npy_and_jsonl(model_dir, tmp_path, capsys):
     assert main(["embed", "--model", model_dir, "--input", str(inputs), "--output", str(tmp_path / "x.npy"),
                  "--layers", "9"]) == 2
     assert "layer 9 does not exist" in capsys.readouterr().err
+
+
+def test_embedder_equals_sentence_transformers_on_minilm(minilm_dir):
+    """all-MiniLM-L6-v2 declares mean pooling, normalisation and 256 tokens in its modules.json:
+    the embedder reads them, and its vectors are sentence-transformers' own."""
+    st = pytest.importorskip("sentence_transformers")
+    from bertforge.embed import Embedder
+
+    texts = ["A man is eating food.", "A man is riding a horse.", "short", "a long one " * 200]
+    embedder = Embedder.from_pretrained(minilm_dir)
+    assert (embedder.pooling, embedder.normalize, embedder.max_length) == ("mean", True, 256)
+    ours = embedder.encode(texts)
+    theirs = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, convert_to_numpy=True)
+    assert ours.shape == theirs.shape == (4, 384)
+    assert np.abs(ours - theirs).max() <= 1e-5
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_batch, randomise, tiny_config, write_corpus
+from conftest import assert_same_attentions, random_batch, randomise, tiny_config, write_corpus
 
 from bertforge import load_pretrained, save_pretrained
 from bertforge.cli import OBJECTIVE_NAMES, VOCAB_KINDS, main
@@ -67,6 +67,7 @@ def test_pretraining_exports_match_transformers(tmp_path, family, hf_class, sent
         if sentence:
             pooled = ours.bert(**batch).pooler_output
             assert (ours.nsp(pooled) - expected.sop_logits).abs().max() <= 1e-5
+    assert_same_attentions(ours.bert, theirs, batch)
 
     # ... and back: a model made by transformers loads here with the same outputs.
     theirs.save_pretrained(tmp_path / "back")

@@ -316,7 +316,7 @@ def test_resuming_with_other_data_settings_is_refused(tmp_path):
 
 
 def test_training_options_are_validated(tmp_path):
-    for bad in ({"log_every": 0}, {"accum": 0}, {"keep": 0}, {"steps": -1}, {"schedule": "cosine"},
-                {"precision": "fp16"}, {"lr": 0.0}):
+    for bad in ({"log_every": 0}, {"accum": 0}, {"keep": 0}, {"steps": -1}, {"schedule": "cosinus"},
+                {"precision": "fp8"}, {"lr": 0.0}):
         with pytest.raises(BertforgeError):
             small_options(tmp_path, **bad)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import copy_task_accuracy, random_batch, randomise, tiny_config
+from conftest import assert_same_attentions, copy_task_accuracy, random_batch, randomise, tiny_config
 
 from bertforge import load_pretrained, save_pretrained
 from bertforge.models.bert import rotary_tables, rotate
@@ -41,6 +41,7 @@ def test_masked_lm_matches_transformers_both_ways(tmp_path, overrides):
         for a, b in zip(out.hidden_states, expected.hidden_states):
             assert (a - b).abs().max() <= 1e-5
         assert (all_logits(ours, batch) - expected.logits).abs().max() <= 1e-5
+    assert_same_attentions(ours.bert, theirs, batch)
     # our NSP head survives the round trip through our heads file
     again = load_pretrained(str(tmp_path), cls=BertPretraining, sentence="nsp").eval()
     with torch.no_grad():

@@ -1,13 +1,21 @@
 """bertforge: BERT end to end, from a WordPiece vocabulary to fine-tuned HF-format checkpoints."""
 
 from .config import PRESETS, BertConfig, preset
+from .embed import Embedder, embed
 from .errors import BertforgeError
+from .fill_mask import FillMask
+from .finetune import evaluate, finetune, predict
 from .formats.hf import load_pretrained, save_pretrained
+from .generate import Generator
 from .models.bert import Bert, EncoderOutput
+from .pretrain import pretrain
 from .tokenizer import Tokenizer
 
+# `from .pretrain import pretrain` binds the name to the function after loading the submodule of the
+# same name, so `bertforge.pretrain` (and finetune, embed) is the recipe a user calls, as in the CLI.
 __all__ = [
-    "Bert", "BertConfig", "BertforgeError", "EncoderOutput", "PRESETS", "Tokenizer",
-    "load_pretrained", "preset", "save_pretrained",
+    "Bert", "BertConfig", "BertforgeError", "Embedder", "EncoderOutput", "FillMask", "Generator", "PRESETS",
+    "Tokenizer", "embed", "evaluate", "finetune", "load_pretrained", "predict", "preset", "pretrain",
+    "save_pretrained",
 ]
 __version__ = "0.1.0"

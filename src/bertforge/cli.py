@@ -106,13 +106,19 @@ def cmd_pretrain(args) -> None:
 def cmd_fill_mask(args) -> None:
     from .fill_mask import FillMask
 
-    fill = FillMask(args.model)
+    fill = FillMask(args.model, resolve_device(args.device))
     masks = fill.fill([args.text], args.top_k)[0]
     if args.json:  # pipeline("fill-mask")'s records: score, token, token_str, sequence
         print(json.dumps(masks, ensure_ascii=False))
         return
     for number, candidates in enumerate(masks, start=1):
         print(f"[MASK] {number}: " + "  ".join(f"{c['token_str']} ({c['score']:.3g})" for c in candidates))
+
+
+def resolve_device(name: str):
+    from .training.device import resolve_device as resolve  # torch is imported only by commands that use it
+
+    return resolve(name)
 
 
 def cmd_serve(args) -> None:
@@ -123,7 +129,7 @@ def cmd_serve(args) -> None:
         raise BertforgeError("bertforge serve needs starlette and uvicorn: pip install 'bertforge[serve]'") from None
     from .serve.app import serve
 
-    serve(args.model, args.host, args.port, args.device, args.max_batch, args.max_wait_ms)
+    serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms)
 
 
 def cmd_export(args) -> None:
@@ -137,7 +143,7 @@ def cmd_export(args) -> None:
 def cmd_generate(args) -> None:
     from .generate import Generator
 
-    generator = Generator(args.model)
+    generator = Generator(args.model, resolve_device(args.device))
     ids = generator(args.prompt, max_new_tokens=args.max_new_tokens, do_sample=args.do_sample,
                     temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     print(args.prompt + " " + generator.text(ids))
@@ -191,13 +197,13 @@ def cmd_finetune(args) -> None:
 def cmd_evaluate(args) -> None:
     from .finetune import evaluate
 
-    print(json.dumps(evaluate(args.model, args.data, args.batch_size)))
+    print(json.dumps(evaluate(args.model, args.data, args.batch_size, resolve_device(args.device))))
 
 
 def cmd_predict(args) -> None:
     from .finetune import predict
 
-    n = predict(args.model, args.input, args.output, args.batch_size, args.format)
+    n = predict(args.model, args.input, args.output, args.batch_size, args.format, resolve_device(args.device))
     if args.output:
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
 
@@ -211,7 +217,8 @@ def cmd_embed(args) -> None:
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
     layers = int(args.layers) if args.layers.lstrip("-").isdigit() else args.layers
-    vectors = embed(args.model, texts, layers, args.pooling, args.batch_size, args.max_length, args.precision)
+    vectors = embed(args.model, texts, layers, args.pooling, args.batch_size, args.max_length, args.precision,
+                    resolve_device(args.device))
     tokens = None
     if args.pooling == "tokens":  # cut exactly as embed() cuts, so tokens and vectors line up
         from .formats.hf import read_config
@@ -242,6 +249,17 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default after its help, unless it has none (None, a switch that is off) or the
+    help already says what it is."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text or action.required:
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end.")
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
@@ -249,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="pretrain a small BERT on Shakespeare and try it (no arguments needed)",
-                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                               formatter_class=HelpFormatter)
     demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs")
     demo.add_argument("--minutes", type=float, default=3.0, help="pretraining budget")
     demo.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: bertforge pretrain's)")
@@ -261,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA, ModernBERT or "
                               "GPT-1 on a corpus",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              formatter_class=HelpFormatter)
     pre.add_argument("--corpus", nargs="+", required=True,
                      help="text files, folders or globs (.txt, .jsonl, optionally .gz)")
     pre.add_argument("--out", required=True, help="run directory: checkpoints, final model, metrics")
@@ -325,14 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="warm-up: a fraction of the steps (<1) or steps (default: the recipe's: 0.1; bert-2018 0.01)")
     opt.add_argument("--dropout", type=float, help="dropout while pretraining; the saved config keeps the "
                      "preset's 0.1 for fine-tuning (default: the recipe's: 0; bert-2018 0.1)")
-    opt.add_argument("--schedule", choices=["linear", "one-cycle", "constant"],
-                     help="decay after warm-up: linear, or a cosine (one-cycle) (default: the recipe's: one-cycle "
-                          "for gpt, else linear)")
+    opt.add_argument("--schedule", choices=["linear", "cosine", "one-cycle", "constant"],
+                     help="decay after warm-up: linear, or a cosine (cosine and one-cycle are the same) "
+                          "(default: the recipe's: cosine for gpt, else linear)")
     opt.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
     opt.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
     opt.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
-    opt.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto",
-                     help="auto: bf16 autocast where the hardware supports it")
+    opt.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+                     help="auto: bf16 where it is native (Ampere+ GPUs, CPUs with AVX512-BF16/AMX), fp16 with a "
+                          "gradient scaler on older GPUs, else fp32")
     opt.add_argument("--compile", action="store_true",
                      help="torch.compile the model (needs a C++ compiler on CPU; the first step includes compiling)")
     opt.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and masking")
@@ -346,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.set_defaults(func=cmd_pretrain)
 
     fine = commands.add_parser("finetune", help="fine-tune a pretrained BERT (or GPT-1) for a task",
-                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                               formatter_class=HelpFormatter)
     fine.add_argument("--task", required=True,
                       help="a GLUE task (sst2, mrpc, rte, cola, qqp, mnli, qnli, stsb, wnli) or a family "
                            "(classification, regression, ner, qa, multiple-choice)")
@@ -381,8 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--lr", type=float, help="peak learning rate of the top layer (default: by the encoder's "
                       "width: 3e-4 up to 128, 2e-4 up to 256, 1e-4 up to 512, 5e-5 up to 768, else 2e-5)")
     fine.add_argument("--warmup", type=float, default=0.1, help="warm-up: a fraction of the steps (<1) or steps")
-    fine.add_argument("--schedule", choices=["linear", "one-cycle", "constant", "slanted"], default="linear",
-                      help="slanted: ULMFiT's slanted triangular rates")
+    fine.add_argument("--schedule", choices=["linear", "cosine", "one-cycle", "constant", "slanted"], default="linear",
+                      help="decay after warm-up; cosine and one-cycle are the same; slanted: ULMFiT's slanted "
+                           "triangular rates")
     fine.add_argument("--layer-lr-decay", type=float, default=1.0,
                       help="learning-rate factor per layer going down (0.95: layer-wise decay; "
                            "0.385 = 1/2.6: ULMFiT's discriminative rates)")
@@ -398,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
     fine.add_argument("--accum", type=int, default=1, help="micro-batches per step")
     fine.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
-    fine.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto", help="bf16 autocast or not")
+    fine.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+                      help="as pretrain's: bf16 where native, fp16 on older GPUs, else fp32")
     fine.add_argument("--compile", action="store_true", help="torch.compile the model (first step includes compiling)")
     fine.add_argument("--eval-every", type=int, help="steps between dev evaluations (default: every epoch)")
     fine.add_argument("--patience", type=int, help="stop after this many evaluations without improvement")
@@ -424,14 +445,15 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_predict)
 
     em = commands.add_parser("embed", help="contextual vectors per sentence or per token",
-                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                             formatter_class=HelpFormatter)
     em.add_argument("--model", required=True, help="any HF BERT directory")
     em.add_argument("--input", help="text file, one text per line (default: standard input)")
     em.add_argument("--output", required=True, help=".npy (sentence vectors) or .jsonl")
     em.add_argument("--layers", default="last",
                     help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4, or all (mean)")
-    em.add_argument("--pooling", choices=["mean", "cls", "tokens"], default="mean",
-                    help="mean of the tokens, the [CLS] vector, or every token's vector")
+    em.add_argument("--pooling", choices=["mean", "cls", "tokens"],
+                    help="mean of the tokens, the [CLS] vector, or every token's vector (default: a "
+                         "sentence-transformers model's own pooling and normalisation, else mean)")
     em.add_argument("--batch-size", type=int, default=128, help="texts per forward pass (grouped by length)")
     em.add_argument("--max-length", type=int, help="tokens per text (default: the model's maximum)")
     em.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
@@ -447,19 +469,19 @@ def build_parser() -> argparse.ArgumentParser:
     fill.set_defaults(func=cmd_fill_mask)
 
     sv = commands.add_parser("serve", help="an HTTP service and a web page for a model (fill-mask, predict, "
-                             "embed, attention)", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                             "embed, attention)", formatter_class=HelpFormatter)
     sv.add_argument("model", help="a BERT-family directory: pretrained (with or without its masked-LM head) or "
                     "fine-tuned by bertforge finetune")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     sv.add_argument("--port", type=int, default=8000, help="port to listen on")
-    sv.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     sv.add_argument("--max-batch", type=int, default=32, help="texts answered by one model call at most")
-    sv.add_argument("--max-wait-ms", type=float, default=5.0,
-                    help="how long a request waits for others to share its model call")
+    sv.add_argument("--max-wait-ms", type=float, default=0.0,
+                    help="how long a request waits for others to share its model call (0: requests that "
+                         "arrive while a call runs share the next one; a lone request never waits)")
     sv.set_defaults(func=cmd_serve)
 
     ex = commands.add_parser("export", help="write a model as an ONNX file (every head; dynamic batch and length)",
-                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                             formatter_class=HelpFormatter)
     ex.add_argument("model", help="a BERT-family directory, pretrained or fine-tuned")
     ex.add_argument("out", help="the .onnx file to write")
     ex.add_argument("--format", choices=["onnx"], default="onnx", help="the export format")
@@ -469,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.set_defaults(func=cmd_export)
 
     gen = commands.add_parser("generate", help="continue a prompt with a left-to-right language model (GPT-1)",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              formatter_class=HelpFormatter)
     gen.add_argument("model", help="a GPT-1 checkpoint made by bertforge pretrain --objective gpt")
     gen.add_argument("prompt", help="the text to continue")
     gen.add_argument("--max-new-tokens", type=int, default=50, help="tokens to add at most (fewer at [SEP])")
@@ -482,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
 
     lm = commands.add_parser("evaluate-lm", help="masked-token and next-sentence accuracy on held-out text, "
-                             "beside what word counts alone score", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                             "beside what word counts alone score", formatter_class=HelpFormatter)
     lm.add_argument("model", help="a pretraining checkpoint (with its masked-LM head)")
     lm.add_argument("files", nargs="+", help="text files, folders or globs the model has not seen")
     lm.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance (at most the model's)")
@@ -516,8 +538,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "bpe (GPT-1's, marking word ends with </w>)")
     train.set_defaults(func=cmd_tokenizer_train)
     # --debug after the command too; SUPPRESS so that a command's default does not undo one given before it
+    for name in ("evaluate", "predict", "embed", "fill-mask", "generate", "serve"):
+        commands.choices[name].add_argument("--device", default="auto",
+                                            help="auto (a GPU when there is one, else the CPU), cpu, cuda or cuda:N")
     for command in [*commands.choices.values(), *tokenizer_commands.choices.values()]:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.formatter_class = HelpFormatter
     return parser
 
 

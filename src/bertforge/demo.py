@@ -127,3 +127,5 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = 
           f"  bertforge fill-mask {model_dir} \"the [MASK] of denmark\"")
     if os.path.exists(os.path.join(run, "loss.png")):
         print(f"loss curve: {os.path.join(run, 'loss.png')}")
+    print(f"\nlook inside it in a browser (fill-mask, tokens, what each attention head looks at):\n"
+          f"  bertforge serve {model_dir}    # then open http://127.0.0.1:8000/")

@@ -5,6 +5,7 @@ ELMo-style scalar mix of all layers."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import torch
@@ -56,27 +57,42 @@ def combine(hidden_states: tuple[torch.Tensor, ...], layers: str | int) -> torch
 
 class Embedder:
     """An encoder and its tokenizer, loaded once, turning texts into vectors (what
-    sentence-transformers' `SentenceTransformer.encode` is to its users)."""
+    sentence-transformers' `SentenceTransformer.encode` is to its users).
 
-    def __init__(self, model, tokenizer: Tokenizer):
+    `pooling`, `normalize` and `max_length` are the defaults of `encode`: from a sentence-transformers
+    directory (its `modules.json`: the Pooling module's mode, a Normalize module, and
+    `sentence_bert_config.json`'s `max_seq_length`), so that its vectors are that library's; else
+    mean pooling, no normalisation, the model's positions.
+    """
+
+    def __init__(self, model, tokenizer: Tokenizer, pooling: str = "mean", normalize: bool = False,
+                 max_length: int | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.pooling, self.normalize, self.max_length = pooling, normalize, max_length
 
     @classmethod
     def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "Embedder":
         """The encoder of any HF BERT-family directory (heads are left out)."""
-        return cls(load_pretrained(directory, device=device), Tokenizer.from_pretrained(directory))
+        return cls(load_pretrained(directory, device=device), Tokenizer.from_pretrained(directory),
+                   **sentence_transformers_settings(directory))
 
-    def encode(self, texts: list[str], layers: str | int = "last", pooling: str = "mean", batch_size: int = 128,
-               max_length: int | None = None, precision: str = "fp32") -> list[np.ndarray] | np.ndarray:
+    def encode(self, texts: list[str], layers: str | int = "last", pooling: str | None = None, batch_size: int = 128,
+               max_length: int | None = None, precision: str = "fp32", normalize: bool | None = None,
+               progress: bool = False) -> list[np.ndarray] | np.ndarray:
         """Vectors for `texts`.
 
         `pooling`: `mean` over the real tokens, `cls` (the [CLS] vector), both giving an (N, D) array;
-        or `tokens`, giving one (tokens, D) array per text, special tokens included. Texts are batched
-        in order of length, so little is computed on padding. `precision` "bf16" runs the matrix
-        products in bf16 (about 1.7x faster on a CPU with AVX512-BF16; vectors then differ from fp32
-        ones by ~1e-2 at most); the vectors are always returned in fp32.
+        or `tokens`, giving one (tokens, D) array per text, special tokens included. `normalize`
+        scales each vector to length 1. Unset, both (and `max_length`) are the embedder's defaults.
+        Texts are batched in order of length, so little is computed on padding. `precision` "bf16"
+        runs the matrix products in bf16 (about 1.7x faster on a CPU with AVX512-BF16; vectors then
+        differ from fp32 ones by ~1e-2 at most); the vectors are always returned in fp32.
+        `progress` shows a bar over the batches (worth it for many thousands of texts).
         """
+        pooling = pooling or self.pooling
+        normalize = self.normalize if normalize is None else normalize
+        max_length = max_length or self.max_length
         if pooling not in POOLING:
             raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
         if precision not in ("fp32", "bf16"):
@@ -87,8 +103,13 @@ class Embedder:
         encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_length)
         out = [None] * len(texts)
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+        batches = in_length_order(encodings, batch_size)
+        if progress:
+            from tqdm import tqdm
+
+            batches = tqdm(list(batches), desc="embed", unit="batch")
         with torch.inference_mode(), autocast:
-            for rows in in_length_order(encodings, batch_size):
+            for rows in batches:
                 batch = {k: v.to(device) for k, v in tokenizer.pad([encodings[i] for i in rows]).items()}
                 batch["token_type_ids"] = token_types(model, batch["token_type_ids"])
                 states = model(**batch, output_hidden_states=True).hidden_states
@@ -102,13 +123,48 @@ class Embedder:
                         out[i] = vectors[k, 0].cpu().numpy()
                     else:
                         out[i] = ((vectors[k] * mask[k]).sum(0) / mask[k].sum()).cpu().numpy()
+        if normalize:  # sentence-transformers' Normalize: v / max(|v|, 1e-12), per vector
+            out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
         return out if pooling == "tokens" else np.stack(out)
 
 
-def embed(directory: str, texts: list[str], layers: str | int = "last", pooling: str = "mean",
-          batch_size: int = 128, max_length: int | None = None, precision: str = "fp32") -> list[np.ndarray] | np.ndarray:
+def sentence_transformers_settings(directory: str) -> dict:
+    """The pooling, normalisation and length a sentence-transformers directory declares (empty for
+    any other directory). Only what this embedder can do is read; a module it cannot apply (a Dense
+    layer, max pooling) is an error rather than silently different vectors."""
+    path = os.path.join(directory, "modules.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        modules = json.load(f)
+    settings = {}
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        if kind == "Transformer":
+            config = os.path.join(directory, module.get("path", ""), "sentence_bert_config.json")
+            if os.path.exists(config):
+                with open(config, encoding="utf-8") as f:
+                    settings["max_length"] = json.load(f).get("max_seq_length")
+        elif kind == "Pooling":
+            with open(os.path.join(directory, module["path"], "config.json"), encoding="utf-8") as f:
+                modes = [k for k, v in json.load(f).items() if k.startswith("pooling_mode") and v]
+            known = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+            if len(modes) != 1 or modes[0] not in known:
+                raise BertforgeError(f"{path}: pooling {', '.join(modes)} is not one bertforge applies (mean or cls)")
+            settings["pooling"] = known[modes[0]]
+        elif kind == "Normalize":
+            settings["normalize"] = True
+        else:
+            raise BertforgeError(f"{path}: a {kind} module, which bertforge does not apply; its vectors would differ")
+    return settings
+
+
+def embed(directory: str, texts: list[str], layers: str | int = "last", pooling: str | None = None,
+          batch_size: int = 128, max_length: int | None = None, precision: str = "fp32",
+          device: str | torch.device = "cpu") -> list[np.ndarray] | np.ndarray:
     """Vectors for `texts` from the encoder in `directory` (any HF BERT directory); see `Embedder.encode`."""
-    return Embedder.from_pretrained(directory).encode(texts, layers, pooling, batch_size, max_length, precision)
+    return Embedder.from_pretrained(directory, device).encode(texts, layers, pooling, batch_size, max_length,
+                                                              precision)
 
 
 def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:

@@ -27,8 +27,8 @@ GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fin
 def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
              classifier_dropout: float | None = None, eval_every: int | None = None,
              options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None) -> dict:
-    """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory) for `task` (see
-    `tasks.make_task`).
+    """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory) for `task`: a task
+    made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
 
     Evaluates on `dev_file` every epoch (or `eval_every` steps) and keeps the best model by the
     task's first metric in `out/model`. Returns the trainer's summary with the best dev scores.
@@ -36,6 +36,10 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     GPT-1 is fine-tuned through its input transforms (three tokens added to the vocabulary) with
     the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
     """
+    if isinstance(task, str):
+        from .tasks import make_task
+
+        task = make_task(task)
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
                         ("eval_every", eval_every), ("lm_weight", lm_weight)):
         check(name, value)
@@ -127,9 +131,9 @@ def _label_names(model) -> list[str] | None:
     return [config.id2label[i] for i in range(len(config.id2label))]
 
 
-def evaluate(directory: str, data_file: str, batch_size: int = 64) -> dict:
+def evaluate(directory: str, data_file: str, batch_size: int = 64, device: str | torch.device = "cpu") -> dict:
     """The task's metrics for a fine-tuned model on a labelled file."""
-    model, task, tokenizer = load_finetuned(directory)
+    model, task, tokenizer = load_finetuned(directory, device)
     names = _label_names(model)
     examples = task.read(data_file)
     task.check_labels(examples, names)
@@ -140,12 +144,12 @@ def evaluate(directory: str, data_file: str, batch_size: int = 64) -> dict:
 
 
 def predict(directory: str, input_file: str | None, output_file: str | None, batch_size: int = 64,
-            output_format: str = "jsonl") -> int:
+            output_format: str = "jsonl", device: str | torch.device = "cpu") -> int:
     """Predictions for every example of `input_file` (standard input, one example per line, when
     None), written to `output_file` (standard output when None) as JSON lines; for tagging models
     optionally as CoNLL columns; for question answering as SQuAD's official prediction JSON.
     Returns the number of examples."""
-    model, task, tokenizer = load_finetuned(directory)
+    model, task, tokenizer = load_finetuned(directory, device)
     names = _label_names(model)
     if input_file is None:
         examples = task.from_lines([line.rstrip("\r") for line in read_text(None).split("\n") if line.strip()])

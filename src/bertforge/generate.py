@@ -43,14 +43,15 @@ def filtered(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 class Generator:
     """A loaded GPT-1 and its tokenizer, ready for many prompts."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, device: str | torch.device = "cpu"):
         config = read_config(directory)
         if not isinstance(config, GPTConfig):
             raise BertforgeError(f"{directory}: generate needs a left-to-right language model (GPT-1, "
                                  f"--objective gpt); this is a {config.architectures[0]}")
         self.config = config
         self.tokenizer = Tokenizer.from_pretrained(directory)
-        self.model = load_pretrained(directory, cls=CausalLMPretraining).eval()
+        self.model = load_pretrained(directory, cls=CausalLMPretraining, device=device).eval()
+        self.device = torch.device(device)
         self._warned = False
 
     def prompt_ids(self, prompt: str, max_new_tokens: int) -> list[int]:
@@ -77,14 +78,15 @@ class Generator:
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0, use_cache: bool = True) -> list[int]:
         """The new token ids after `prompt` (stopping early at `[SEP]`, the end of a document)."""
         check_options(max_new_tokens, do_sample, temperature, top_k, top_p)
-        ids = torch.tensor([self.prompt_ids(prompt, max_new_tokens)])
+        ids = torch.tensor([self.prompt_ids(prompt, max_new_tokens)], device=self.device)
         generator = torch.Generator().manual_seed(seed)
         cache = Cache() if use_cache else None
         new: list[int] = []
         step_input = ids
         for _ in range(max_new_tokens):
             hidden = self.model.bert(step_input if use_cache else ids, cache=cache).last_hidden_state
-            logits = self.model.lm_logits(hidden[0], torch.tensor([hidden.shape[1] - 1]))[0].float()  # (V,)
+            last = torch.tensor([hidden.shape[1] - 1], device=self.device)
+            logits = self.model.lm_logits(hidden[0], last)[0].float()  # (V,)
             if do_sample:
                 probabilities = filtered(logits / temperature, top_k, top_p).softmax(-1)
                 token = int(torch.multinomial(probabilities, 1, generator=generator))
@@ -93,7 +95,7 @@ class Generator:
             new.append(token)
             if token == self.tokenizer.sep_id:
                 break
-            step_input = torch.tensor([[token]])
+            step_input = torch.tensor([[token]], device=self.device)
             ids = torch.cat((ids, step_input), dim=1)
         return new
 

@@ -95,7 +95,7 @@ def texts_of(body: dict) -> tuple[list[str], bool]:
     return [check_text(t, f"texts[{i}]") for i, t in enumerate(texts)], True
 
 
-def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 5.0) -> Starlette:
+def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0) -> Starlette:
     """The service for `engine`: see the module docstring and the README's "Serve" section."""
     executor = ThreadPoolExecutor(max_workers=1)  # one model call at a time; torch uses the cores inside it
 
@@ -240,7 +240,7 @@ def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 5.0) ->
 
 
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu", max_batch: int = 32,
-          max_wait_ms: float = 5.0) -> None:
+          max_wait_ms: float = 0.0) -> None:
     """Load the model in `directory` and serve it until interrupted."""
     import uvicorn
 

@@ -1,5 +1,5 @@
-"""Requests from many clients answered together: a few milliseconds' wait for company, then one
-model call for the whole batch, run off the event loop so that the service keeps accepting."""
+"""Requests from many clients answered together: one model call for every request that arrived
+while the previous call ran, run off the event loop so that the service keeps accepting."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from concurrent.futures import Executor
 
 class Batcher:
     """Collects items from concurrent requests into calls of `run(items) -> answers` (one answer per
-    item, in order). The first item waits at most `max_wait` seconds for others; a call takes at
-    most `max_batch` items, but never splits one request's items. If a call fails, each request is
+    item, in order). A call takes every request that arrived while the previous call ran (so under
+    load batches form by themselves, and a lone request never waits), plus, with `max_wait` > 0,
+    those arriving within `max_wait` seconds of the first; at most `max_batch` items, and never
+    splits one request's items. If a call fails, each request is
     retried on its own, so that whatever broke it fails only the request that brought it."""
 
     def __init__(self, run: Callable[[list], list], executor: Executor, max_batch: int = 32,
-                 max_wait: float = 0.005):
+                 max_wait: float = 0.0):
         self.run, self.executor = run, executor
         self.max_batch, self.max_wait = max_batch, max_wait
         self.queue: asyncio.Queue | None = None
@@ -47,10 +49,16 @@ class Batcher:
             batch, size = [first], len(first[0])
             deadline = loop.time() + self.max_wait
             while size < self.max_batch:
+                # whatever arrived while the last call ran joins at once; then wait out max_wait
                 try:
-                    request = await asyncio.wait_for(self.queue.get(), max(0.0, deadline - loop.time()))
-                except asyncio.TimeoutError:
-                    break
+                    request = self.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    if loop.time() >= deadline:
+                        break
+                    try:
+                        request = await asyncio.wait_for(self.queue.get(), deadline - loop.time())
+                    except asyncio.TimeoutError:
+                        break
                 if size + len(request[0]) > self.max_batch:
                     waiting = request
                     break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -50,15 +51,26 @@ def read_text(path: str | None) -> str:
                              "to UTF-8") from None
 
 
+TABLE_SUFFIXES = (".tsv", ".tab", ".txt", ".csv", ".jsonl", ".json")
+
+
 def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]]:
-    """(line number, record) for each row of a .tsv, .csv or .jsonl file.
+    """(line number, record) for each row of a .tsv (.tab, .txt), .csv, .jsonl or .json file (a
+    JSON array of objects, or an object whose "data" is one). Any other suffix is an error: the
+    format is never guessed.
 
     TSV files are read with no quoting at all, as GLUE's are written (their sentences contain bare
     quote characters); CSV with standard quoting. With a header, records are dicts by column name;
     without, lists. A UTF-8 byte-order mark is ignored.
     """
-    f = io.StringIO(read_text(path), newline="")
-    if path.endswith(".jsonl"):
+    if not path.lower().endswith(TABLE_SUFFIXES):
+        raise BertforgeError(f"{path}: cannot tell the format from the name; use a file ending in "
+                             f"{', '.join(TABLE_SUFFIXES)}")
+    text = read_text(path)
+    f = io.StringIO(text, newline="")
+    if path.lower().endswith(".json"):
+        rows = json_array(path, text)
+    elif path.lower().endswith(".jsonl"):
         rows = []
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -91,6 +103,31 @@ def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]
             rows = body
     if not rows:
         raise BertforgeError(f"{path}: no examples in the file")
+    return rows
+
+
+def json_array(path: str, text: str) -> list[tuple[int, dict]]:
+    """(line number, object) for each element of a JSON array (or of the "data" array of an object)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{path}, line {e.lineno}: not valid JSON ({e.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data, start = data["data"], text.index('"data"')
+    elif isinstance(data, list):
+        start = 0
+    else:
+        raise BertforgeError(f"{path}: expected a JSON array of examples (or an object with a \"data\" array)")
+    # Where each element starts, for messages that name a line: decode the array element by element.
+    decoder, at, rows = json.JSONDecoder(), text.index("[", start) + 1, []
+    for number, element in enumerate(data, start=1):
+        while text[at] in " \t\r\n,":
+            at += 1
+        line = text.count("\n", 0, at) + 1
+        if not isinstance(element, dict):
+            raise BertforgeError(f"{path}, line {line}: example {number} is not a JSON object")
+        _, at = decoder.raw_decode(text, at)
+        rows.append((line, element))
     return rows
 
 

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-SCHEDULES = ("linear", "one-cycle", "constant", "slanted")
+SCHEDULES = ("linear", "cosine", "one-cycle", "constant", "slanted")
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -41,7 +41,7 @@ def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "line
     """The learning rate for optimizer step `step` (0-based) of `total`.
 
     linear: 0 -> peak over `warmup` steps, then linearly down to 0 at `total` (BERT).
-    one-cycle: the same warm-up, then a cosine down to 0 (Smith's one-cycle policy, annealing half).
+    cosine (transformers' name) or one-cycle (Smith's): the same warm-up, then a cosine down to 0.
     constant: warm-up, then the peak.
     slanted: ULMFiT's slanted triangular rates (Howard & Ruder, 2018): a short linear rise over
     `warmup` steps from peak/32, then a long linear fall back to peak/32.
@@ -58,7 +58,7 @@ def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "line
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     if schedule == "linear":
         return peak * (1.0 - progress)
-    if schedule == "one-cycle":
+    if schedule in ("cosine", "one-cycle"):
         return peak * 0.5 * (1.0 + math.cos(math.pi * progress))
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
 

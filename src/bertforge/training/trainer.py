@@ -31,6 +31,8 @@ from ..errors import BertforgeError
 from ..formats.hf import check_vocab_fits, load_parts, read_config, write_parts
 from .allocator import reuse_freed_memory
 from .atomic import atomic_directory, atomic_file, remove_leftovers
+from .device import autocast as precision_autocast
+from .device import choose_precision
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
 
 STATE_FILE = "trainer_state.pt"
@@ -50,7 +52,7 @@ class TrainOptions:
     eps: float = 1e-6
     accum: int = 1  # micro-batches per optimizer step
     clip: float = 1.0
-    precision: str = "auto"  # auto (bf16 where the hardware has it), bf16, fp32
+    precision: str = "auto"  # auto (training.device.choose_precision), bf16, fp16 (GPUs), fp32
     log_every: int = 10
     eval_every: int = 200
     eval_batches: int = 20
@@ -75,8 +77,8 @@ class TrainOptions:
         check("beta2", self.betas[1])
         if self.schedule not in SCHEDULES:
             raise BertforgeError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise BertforgeError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
+        if self.precision not in ("auto", "bf16", "fp16", "fp32"):
+            raise BertforgeError(f"precision must be auto, bf16, fp16 or fp32, got {self.precision!r}")
 
 
 class TrainingStopped(BertforgeError):
@@ -111,9 +113,14 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     groups = (layer_groups(model, o.weight_decay, o.layer_decay, o.unfreeze_every)
               if o.layer_decay != 1.0 or o.unfreeze_every else None)
     optimizer = make_optimizer(model, o.lr, o.weight_decay, o.betas, o.eps, groups)
+    precision = choose_precision(o.precision, device)
+    # fp16 (GPUs without native bf16) needs its loss scaled against underflow; the scaler skips a
+    # step whose gradients overflowed and lowers the scale. Disabled, it passes everything through.
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     checkpoints = os.path.join(o.out, "checkpoints")
     if resume:
-        step, position, elapsed, total_steps, window, saved_best = _restore(model, optimizer, checkpoints, device)
+        step, position, elapsed, total_steps, window, saved_best = _restore(model, optimizer, checkpoints, device,
+                                                                            scaler)
         best.update(saved_best or {})
         _log(rank == 0, f"resuming from step {step} (epoch {position.epoch}, instance {position.index})")
         if o.steps and o.steps != total_steps:
@@ -124,7 +131,9 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     if rank == 0:
         _remove_leftovers(checkpoints)
         remove_leftovers(os.path.join(o.out, "model"))
-    autocast = _autocast(o.precision, device)
+    autocast = precision_autocast(precision, device)
+    _log(rank == 0 and o.progress, f"training on {device} in {precision}"
+         + (" (chosen by --precision auto)" if o.precision == "auto" else ""))
     # An objective may weigh its terms (ELECTRA: 50 x the discriminator's); terms are logged unweighted.
     weights = getattr(model, "loss_weights", {})
     net = torch.compile(model, dynamic=True) if o.compile else model
@@ -212,7 +221,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                     # Each term over its whole-step count; DDP averages gradients over processes,
                     # so multiplying by the world size makes the result the sum over all of them.
                     loss = sum(weights.get(k, 1.0) * losses[k] / max(totals[k], 1) for k in losses) * world
-                loss.backward()
+                scaler.scale(loss).backward()
                 for k in losses:
                     step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
                 for k in correct:
@@ -225,14 +234,16 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                     f"the loss became {step_loss} at step {step + 1}; stopped without updating the weights. "
                     + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
                     + "Lower the learning rate (--lr) or use --precision fp32.")
+            scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip or float("inf"))
-            if not torch.isfinite(grad_norm):  # a bf16 overflow in the backward pass, say
+            if not scaler.is_enabled() and not torch.isfinite(grad_norm):  # a bf16 overflow in the backward pass
                 latest = latest_checkpoint(o.out)
                 raise TrainingStopped(
                     f"the gradients became non-finite at step {step + 1}; stopped without updating the weights. "
                     + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
                     + "Lower the learning rate (--lr) or use --precision fp32.")
-            optimizer.step()
+            scaler.step(optimizer)  # optimizer.step(), unless fp16 gradients overflowed
+            scaler.update()
             optimizer.zero_grad(set_to_none=True)
             step += 1
             position = next_position
@@ -265,7 +276,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                     status = f"stopped early: no better {o.select} in {o.patience} evaluations"
             if o.save_every and step % o.save_every == 0 or status.startswith("stopped"):
                 _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-                      total_steps, o.keep, (sums, window_tokens), best)
+                      total_steps, o.keep, (sums, window_tokens), best, scaler)
                 last_saved = step
             if status.startswith("stopped"):
                 break
@@ -278,7 +289,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     result["eval"] = last_eval.get("metrics")
     if step != last_saved:
         _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-              total_steps, o.keep, (sums, window_tokens), best)
+              total_steps, o.keep, (sums, window_tokens), best, scaler)
     if status != "interrupted" and rank == 0:
         if not o.select:
             _write_model(model, tokenizer, os.path.join(o.out, "model"), step)
@@ -350,21 +361,6 @@ def _all_sum(values: dict, device) -> dict:
     packed = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(packed)
     return {k: (int(v) if isinstance(values[k], int) else v) for k, v in zip(keys, packed.tolist())}
-
-
-def _autocast(precision: str, device: torch.device):
-    if precision not in ("auto", "bf16", "fp32"):
-        raise BertforgeError(f"precision must be auto, bf16 or fp32, got {precision!r}")
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    if device.type == "cuda":
-        supported = torch.cuda.is_bf16_supported()
-    else:  # a private helper, hence the guard; AMX or AVX512-BF16 make bf16 matmuls fast on a CPU
-        supported = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-    if precision == "auto" and not supported:
-        return contextlib.nullcontext()
-    # Weights and optimizer state stay fp32; matmuls run in bf16; losses are computed in fp32.
-    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def _estimate_steps(net, data, autocast, device, o: TrainOptions, world: int) -> int:
@@ -477,7 +473,7 @@ def _write_model(model, tokenizer, directory: str, step: int) -> None:
 
 
 def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window,
-          best) -> None:
+          best, scaler) -> None:
     _check_finite(model, step, os.path.dirname(directory))  # on every process: all stop together
     if rank == 0:
         with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
@@ -486,7 +482,7 @@ def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed,
                 "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
                 "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "window": window, "best": best,
+                "window": window, "best": best, "scaler": scaler.state_dict(),
             }
             torch.save(state, os.path.join(tmp, STATE_FILE))
         for old in _list_checkpoints(directory)[:-keep]:
@@ -498,7 +494,7 @@ def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed,
         dist.barrier()
 
 
-def _restore(model, optimizer, directory: str, device):
+def _restore(model, optimizer, directory: str, device, scaler):
     found = _list_checkpoints(directory)
     if not found:
         raise BertforgeError(f"{directory}: no checkpoint to resume from")
@@ -514,6 +510,8 @@ def _restore(model, optimizer, directory: str, device):
     except Exception as e:
         raise BertforgeError(f"{os.path.join(latest, STATE_FILE)}: cannot be read ({e})") from None
     optimizer.load_state_dict(state["optimizer"])
+    if state.get("scaler") and scaler.is_enabled():
+        scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["torch_rng"].cpu())
     if state.get("cuda_rng") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
