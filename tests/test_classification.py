@@ -235,3 +235,16 @@ def test_json_arrays_read_like_jsonl_and_unknown_suffixes_are_refused(tmp_path):
     (tmp_path / "e.parquet").write_text("PAR1")
     with pytest.raises(BertforgeError, match="cannot tell the format"):
         task.read(str(tmp_path / "e.parquet"))
+
+
+def test_sample_limits_and_a_time_budget(base_model, tmp_path, capsys):
+    rows = [row for pair in zip([(s, 1) for s in POSITIVE], [(s, 0) for s in NEGATIVE]) for row in pair]
+    data = write_tsv(tmp_path / "train.tsv", rows)
+    out = tmp_path / "run"
+    assert main(["finetune", "--task", "sst2", "--train", data, "--dev", data, "--model", base_model, "--out", str(out),
+                 "--max-train-samples", "8", "--max-eval-samples", "5", "--batch-size", "4", "--epochs", "50",
+                 "--max-minutes", "0.002", "--quiet"]) == 0
+    config = json.loads((out / "run_config.json").read_text())
+    assert (config["train_examples"], config["dev_examples"]) == (8, 5)
+    assert "time budget reached" in capsys.readouterr().out  # 50 epochs planned, stopped by the clock
+    assert (out / "model" / "config.json").exists()  # the best model so far is kept

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_same_attentions, random_batch, randomise, tiny_config, write_corpus
 
-from bertforge import load_pretrained, save_pretrained
+from bertforge import BertforgeError, load_pretrained, save_pretrained
 from bertforge.cli import OBJECTIVE_NAMES, VOCAB_KINDS, main
 from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
@@ -120,6 +120,11 @@ def test_electra_exports_discriminator_and_generator(tmp_path):
     again = load_pretrained(str(tmp_path / "back"), cls=ElectraPretraining).eval()
     with torch.no_grad():
         assert torch.equal(again.discriminator(again.bert(**batch).last_hidden_state), scores)
+    # fill-mask on the discriminator points to the generator, which has the masked-LM head
+    from bertforge.fill_mask import FillMask
+
+    with pytest.raises(BertforgeError, match=r"no masked-LM head; its generator does: bertforge fill-mask .*generator"):
+        FillMask(str(tmp_path / "back"))
 
 
 def test_electra_labels_count_a_correct_sample_as_original():

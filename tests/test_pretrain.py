@@ -65,6 +65,12 @@ def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys, 
         assert (out / "loss.png").stat().st_size > 1000
     config = json.loads((out / "run_config.json").read_text())
     assert config["model"]["num_hidden_layers"] == 2 and config["batch_size"] == 8 and config["training"]["steps"] == 40
+    import torch
+
+    assert config["versions"]["torch"] == torch.__version__ and config["versions"]["bertforge"]
+    assert "git" in config["versions"]  # the commit when run from a checkout, else None
+    saved = json.loads((out / "model" / "config.json").read_text())
+    assert saved["bertforge_version"] == config["versions"]["bertforge"]
     # the recipe's defaults, with the flag given on top
     assert config["recipe"] == recipe and config["training"]["lr"] == 2e-3
     assert config["positions"] == ("rotary" if recipe == "small-budget" else "absolute")

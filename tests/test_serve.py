@@ -74,8 +74,8 @@ def test_qa_and_multiple_choice_answers(models, tmp_path):
     with client_for(models["multiple-choice"]) as client:
         answer = client.post("/predict", json={"context": "a good", "choices": ["film", "acting"]}).json()
     (tmp_path / "mc.jsonl").write_text(json.dumps({"context": "a good", "choices": ["film", "acting"]}) + "\n")
-    predict(models["multiple-choice"], str(tmp_path / "mc.jsonl"), str(tmp_path / "mc.out"))
-    expected = json.loads((tmp_path / "mc.out").read_text())
+    predict(models["multiple-choice"], str(tmp_path / "mc.jsonl"), str(tmp_path / "mc-predictions.jsonl"))
+    expected = json.loads((tmp_path / "mc-predictions.jsonl").read_text())
     assert answer["choice"] == expected["choice"] and answer["probabilities"] == expected["probabilities"]
 
 

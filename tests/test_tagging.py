@@ -112,7 +112,7 @@ def test_a_tiny_model_overfits_ner_and_matches_transformers(base_model, tmp_path
     out = tmp_path / "pred.conll"
     assert predict(str(model_dir), data, str(out), output_format="conll") == 6
     first = out.read_text().split("\n\n")[0].splitlines()
-    assert first[0] == "John B-PER" and first[-1] == ". O"
+    assert first[0] == "John B-PER B-PER" and first[-1] == ". O O"  # word, gold (the file has it), predicted
 
 
 def test_predict_from_standard_input_lists_entities(base_model, tmp_path, capsys, monkeypatch):
@@ -152,3 +152,24 @@ def test_tags_without_entity_prefixes_are_chosen_by_accuracy(tmp_path):
     task = make_task("ner", tag_column=1)  # the POS column
     sentences = task.read(write_conll(tmp_path / "t.txt"))
     assert task.label_names(sentences) == ["NNP"] and task.metrics == ("accuracy",)
+
+
+
+def test_output_suffixes_choose_the_format_or_are_refused(base_model, tmp_path, capsys):
+    data = write_conll(tmp_path / "train.txt")
+    assert main(["finetune", "--task", "ner", "--train", data, "--dev", data, "--model", base_model,
+                 "--out", str(tmp_path / "run"), "--steps", "2", "--batch-size", "6", "--quiet"]) == 0
+    model = str(tmp_path / "run" / "model")
+    assert main(["predict", "--model", model, "--input", data, "--output", str(tmp_path / "p.conll")]) == 0
+    lines = (tmp_path / "p.conll").read_text().split("\n")
+    assert len(lines[0].split()) == 3  # word, gold tag, predicted tag: CoNLL, chosen by the suffix
+    assert main(["predict", "--model", model, "--input", data, "--output", str(tmp_path / "p.jsonl")]) == 0
+    assert "entities" in json.loads((tmp_path / "p.jsonl").read_text().split("\n")[0])
+    capsys.readouterr()
+    for output, flags, message in (("p.csv", [], "written as .jsonl or .conll"),
+                                   ("q.conll", ["--format", "jsonl"], "does not match")):
+        assert main(["predict", "--model", model, "--input", data, "--output", str(tmp_path / output), *flags]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / output).exists()
+    assert main(["embed", "--model", model, "--input", data, "--output", str(tmp_path / "v.csv")]) == 2
+    assert ".npy (sentence vectors) or .jsonl" in capsys.readouterr().err

@@ -74,6 +74,7 @@ RULES: dict[str, Rule] = {
     "word_column": Rule(integer=True), "tag_column": Rule(integer=True),
     # generation and fill-mask (the temperature matters only when sampling: generate checks it)
     "max_new_tokens": count(1), "top_k": count(0), "top_p": Rule(low=0, high=1, above=True),
+    "max_train_samples": count(1), "max_eval_samples": count(1),
     # serve and export
     "port": Rule(low=1, high=65535, integer=True), "max_batch": count(1), "max_wait_ms": NON_NEGATIVE,
     "opset": Rule(low=14, high=30, integer=True),

@@ -185,10 +185,12 @@ def cmd_finetune(args) -> None:
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
         log_every=args.log_every, keep=1, seed=args.seed, progress=not args.quiet, patience=args.patience,
         layer_decay=args.layer_lr_decay, unfreeze_every=args.unfreeze_every, compile=args.compile,
+        max_minutes=args.max_minutes,
     )
     result = finetune(task, args.train, args.dev, args.model, args.out, epochs=args.epochs,
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
-                      eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight)
+                      eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
+                      max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
     best = result["best"]
     print(f"{result['status']} at step {result['step']}; best {options.select} {best['score']} at step "
           f"{best['step']}; model in {args.out}/model")
@@ -209,10 +211,11 @@ def cmd_predict(args) -> None:
 
 
 def cmd_embed(args) -> None:
-    from .embed import embed, write_embeddings
+    from .embed import check_output, embed, write_embeddings
     from .tasks.common import read_text
     from .tokenizer import Tokenizer
 
+    check_output(args.output)  # before any work
     texts = [line.rstrip("\r") for line in read_text(args.input).split("\n") if line.strip()]
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
@@ -422,6 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="as pretrain's: bf16 where native, fp16 on older GPUs, else fp32")
     fine.add_argument("--compile", action="store_true", help="torch.compile the model (first step includes compiling)")
     fine.add_argument("--eval-every", type=int, help="steps between dev evaluations (default: every epoch)")
+    fine.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
+    fine.add_argument("--max-eval-samples", type=int, help="use only the first N dev examples")
+    fine.add_argument("--max-minutes", type=float,
+                      help="stop after this many minutes of training, keeping the best model so far")
     fine.add_argument("--patience", type=int, help="stop after this many evaluations without improvement")
     fine.add_argument("--log-every", type=int, default=50, help="steps between metric records")
     fine.add_argument("--seed", type=int, default=42, help="seed for the head, shuffling and dropout")
@@ -438,10 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr = commands.add_parser("predict", help="predict with a fine-tuned model (the task is read from its config)")
     pr.add_argument("--model", required=True, help="a model written by `bertforge finetune`")
     pr.add_argument("--input", help="a file in the task's layout (default: standard input, one text per line)")
-    pr.add_argument("--output", help="JSONL output file (default: standard output)")
+    pr.add_argument("--output", help="output file: .jsonl, .conll (tagging) or .json (QA) (default: standard output)")
     pr.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
-    pr.add_argument("--format", choices=["jsonl", "conll"], default="jsonl",
-                    help="conll: word, gold tag (if known), predicted tag per line (tagging models)")
+    pr.add_argument("--format", choices=["jsonl", "conll"],
+                    help="jsonl, or conll: word, gold tag (if known), predicted tag per line (tagging models) "
+                         "(default: from the --output suffix, .jsonl or .conll; jsonl on standard output)")
     pr.set_defaults(func=cmd_predict)
 
     em = commands.add_parser("embed", help="contextual vectors per sentence or per token",

@@ -18,12 +18,23 @@ from dataclasses import dataclass, field
 
 from .errors import BertforgeError
 
+
+def bertforge_version() -> str:
+    """The installed package's version (importlib.metadata: no torch import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertforge")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 # Activations the encoder implements; the names are those HF writes in `hidden_act`.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 # Keys HF writes into every config.json that say nothing about the model's maths.
 _HF_BOOKKEEPING = {
-    "_name_or_path", "transformers_version", "gradient_checkpointing", "use_cache",
+    "_name_or_path", "transformers_version", "bertforge_version", "gradient_checkpointing", "use_cache",
     "torch_dtype", "dtype", "output_attentions", "output_hidden_states", "return_dict",
     "is_decoder", "add_cross_attention", "tie_word_embeddings", "chunk_size_feed_forward",
     "bos_token_id", "eos_token_id", "sep_token_id", "tokenizer_class", "task_specific_params",
@@ -68,7 +79,8 @@ class HFConfig:
 
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=2)
+            # stamped with what wrote it, as transformers stamps `transformers_version`
+            json.dump({**self.to_dict(), "bertforge_version": bertforge_version()}, f, indent=2)
             f.write("\n")
 
 

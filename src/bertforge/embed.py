@@ -128,6 +128,11 @@ class Embedder:
         return out if pooling == "tokens" else np.stack(out)
 
 
+def check_output(path: str) -> None:
+    if not path.endswith((".npy", ".jsonl")):
+        raise BertforgeError(f"{path}: vectors are written as .npy (sentence vectors) or .jsonl; name the file so")
+
+
 def sentence_transformers_settings(directory: str) -> dict:
     """The pooling, normalisation and length a sentence-transformers directory declares (empty for
     any other directory). Only what this embedder can do is read; a module it cannot apply (a Dense
@@ -168,7 +173,8 @@ def embed(directory: str, texts: list[str], layers: str | int = "last", pooling:
 
 
 def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:
-    """`.npy` for sentence vectors (N, D); JSONL otherwise, one object per text."""
+    """`.npy` for sentence vectors (N, D); `.jsonl`, one object per text; any other name is refused."""
+    check_output(path)
     if path.endswith(".npy"):
         if isinstance(vectors, list):
             raise BertforgeError("token vectors differ in length per text: write them as .jsonl")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .checks import check, count
@@ -16,7 +18,14 @@ class FillMask:
     """A loaded model and tokenizer, ready to answer many queries."""
 
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
-        if isinstance(read_config(directory), GPTConfig):
+        config = read_config(directory)
+        if "ElectraForPreTraining" in (config.architectures or ()):
+            generator = os.path.join(directory, "generator")
+            where = f"its generator does: bertforge fill-mask {generator}" if os.path.isdir(generator) else \
+                "its generator (ElectraForMaskedLM) does"
+            raise BertforgeError(f"{directory}: an ELECTRA discriminator tells replaced tokens from original ones and "
+                                 f"has no masked-LM head; {where}")
+        if isinstance(config, GPTConfig):
             raise BertforgeError(f"{directory}: a left-to-right language model (GPT-1) has no masked-LM head; "
                                  "fill-mask needs a BERT-family model (continue text with `bertforge generate`)")
         self.tokenizer = Tokenizer.from_pretrained(directory)

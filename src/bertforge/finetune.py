@@ -26,7 +26,8 @@ GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fin
 
 def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
              classifier_dropout: float | None = None, eval_every: int | None = None,
-             options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None) -> dict:
+             options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None,
+             max_train_samples: int | None = None, max_eval_samples: int | None = None) -> dict:
     """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory) for `task`: a task
     made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
 
@@ -35,13 +36,16 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     Without `options`, the peak learning rate follows the encoder's width (`recipe.finetuning_lr`).
     GPT-1 is fine-tuned through its input transforms (three tokens added to the vocabulary) with
     the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
+    `max_train_samples` / `max_eval_samples` keep only the first examples of each file (as
+    `transformers`' example scripts), for quick runs.
     """
     if isinstance(task, str):
         from .tasks import make_task
 
         task = make_task(task)
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
-                        ("eval_every", eval_every), ("lm_weight", lm_weight)):
+                        ("eval_every", eval_every), ("lm_weight", lm_weight), ("max_train_samples", max_train_samples),
+                        ("max_eval_samples", max_eval_samples)):
         check(name, value)
     base = read_config(model)
     gpt = isinstance(base, GPTConfig)
@@ -60,9 +64,9 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
             print(f"max_seq_length {task.max_seq_length} is more than the model's {positions} positions: "
                   f"using {positions}", file=sys.stderr)
         task.max_seq_length = positions
-    train_examples = task.read(train_file)
+    train_examples = task.read(train_file)[:max_train_samples]
     names = task.label_names(train_examples)
-    dev_examples = task.read(dev_file)
+    dev_examples = task.read(dev_file)[:max_eval_samples]
     task.check_labels(dev_examples, names)
     train_features, cut = task.featurize(train_examples, tokenizer, names)
     dev_features, dev_cut = task.featurize(dev_examples, tokenizer, names)
@@ -131,6 +135,24 @@ def _label_names(model) -> list[str] | None:
     return [config.id2label[i] for i in range(len(config.id2label))]
 
 
+def _output_format(path: str | None, requested: str | None, family: str) -> str:
+    """jsonl or conll, from the request and the output file's suffix, which must agree."""
+    if requested == "conll" and family != "ner":
+        raise BertforgeError("CoNLL output is for tagging models")
+    if not path:  # standard output
+        return requested or "jsonl"
+    suffix = os.path.splitext(path)[1].lower()
+    implied = {".jsonl": "jsonl", ".conll": "conll", ".json": "jsonl" if family == "qa" else None}
+    if implied.get(suffix) is None:
+        kinds = {"qa": ".json (SQuAD's prediction file)", "ner": ".jsonl or .conll"}.get(family, ".jsonl")
+        raise BertforgeError(f"{path}: predictions of a {family} model are written as {kinds}")
+    if suffix == ".conll" and family != "ner":
+        raise BertforgeError(f"{path}: CoNLL output is for tagging models; write .jsonl")
+    if requested and implied[suffix] and requested != implied[suffix]:
+        raise BertforgeError(f"{path}: --format {requested} does not match the file's suffix {suffix}")
+    return requested or implied[suffix]
+
+
 def evaluate(directory: str, data_file: str, batch_size: int = 64, device: str | torch.device = "cpu") -> dict:
     """The task's metrics for a fine-tuned model on a labelled file."""
     model, task, tokenizer = load_finetuned(directory, device)
@@ -144,17 +166,20 @@ def evaluate(directory: str, data_file: str, batch_size: int = 64, device: str |
 
 
 def predict(directory: str, input_file: str | None, output_file: str | None, batch_size: int = 64,
-            output_format: str = "jsonl", device: str | torch.device = "cpu") -> int:
+            output_format: str | None = None, device: str | torch.device = "cpu") -> int:
     """Predictions for every example of `input_file` (standard input, one example per line, when
     None), written to `output_file` (standard output when None) as JSON lines; for tagging models
     optionally as CoNLL columns; for question answering as SQuAD's official prediction JSON.
+    The format follows `output_format` or else the output's suffix (.jsonl, .conll for tagging,
+    .json for QA); a suffix that says otherwise is an error, never a file named .conll holding JSON.
     Returns the number of examples."""
     model, task, tokenizer = load_finetuned(directory, device)
+    output_format = _output_format(output_file, output_format, task.family)
     names = _label_names(model)
     if input_file is None:
         examples = task.from_lines([line.rstrip("\r") for line in read_text(None).split("\n") if line.strip()])
     else:
-        examples = task.read(input_file, with_labels=False)
+        examples = task.read(input_file, with_labels="auto" if task.family == "ner" else False)
     if not examples:
         raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
     features, cut = task.featurize(examples, tokenizer, names)
@@ -162,8 +187,6 @@ def predict(directory: str, input_file: str | None, output_file: str | None, bat
         print(task.truncation_message(cut, len(examples)), file=sys.stderr)
     with torch.no_grad():
         outputs = task.outputs(task.predict(model, features, batch_size), names, examples, features)
-    if output_format == "conll" and not hasattr(task, "write_conll"):
-        raise BertforgeError("CoNLL output is for tagging models")
     with atomic_file(output_file) if output_file else contextlib.nullcontext(sys.stdout) as stream:
         if output_format == "conll":
             task.write_conll(stream, examples, outputs)

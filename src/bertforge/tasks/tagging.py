@@ -57,9 +57,11 @@ class TaggingTask:
     family: str = "ner"
     regression: bool = False
 
-    def read(self, path: str, with_labels: bool = True) -> list[dict]:
+    def read(self, path: str, with_labels: bool | str = True) -> list[dict]:
         """Sentences {words, tags, where, lines}. Every line of a file must have the same number of
-        columns. A tag not of the form PREFIX-TYPE that the scheme allows is refused on its line."""
+        columns. A tag not of the form PREFIX-TYPE that the scheme allows is refused on its line.
+        `with_labels` "auto" keeps the tags when the file has more than one column (predicting on
+        a labelled file, whose gold tags the CoNLL output then shows)."""
         sentences, words, tags, lines, start, width = [], [], [], [], 1, None
 
         def close(number):
@@ -81,6 +83,8 @@ class TaggingTask:
                 continue
             if width is None:
                 width = len(columns)
+                if with_labels == "auto":
+                    with_labels = width > 1
             elif len(columns) != width:
                 raise BertforgeError(f"{path}, line {number}: {len(columns)} columns where the file has "
                                      f"{width} ({line.strip()!r})")

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from ..card import write_card
 from ..checks import check
+from ..config import bertforge_version
 from ..data.batches import Position
 from ..errors import BertforgeError
 from ..formats.hf import check_vocab_fits, load_parts, read_config, write_parts
@@ -142,7 +143,8 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     if rank == 0:
         os.makedirs(o.out, exist_ok=True)
         with atomic_file(os.path.join(o.out, "run_config.json")) as f:
-            json.dump({**(run_config or {}), "training": asdict(o), "world_size": world}, f, indent=2)
+            json.dump({**(run_config or {}), "training": asdict(o), "world_size": world, "versions": versions()},
+                      f, indent=2)
         _truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
     batches = data.batches(position)
     replan_at = None
@@ -521,6 +523,31 @@ def _restore(model, optimizer, directory: str, device, scaler):
 
 
 # ---- logs ----------------------------------------------------------------------------------------------
+
+
+def versions() -> dict:
+    """What produced a run: bertforge, torch and Python versions, and the git commit when bertforge
+    runs from a checkout (with "+dirty" when it has uncommitted changes)."""
+    import platform
+    import subprocess
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    commit = None
+    try:
+        git = ["git", "-C", package]
+        top = subprocess.run([*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=5,
+                             check=True).stdout.strip()
+        if os.path.realpath(os.path.join(top, "src", "bertforge")) != os.path.realpath(package):
+            raise OSError("an installed copy inside some other repository")
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                                check=True).stdout.strip()
+        if subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                          timeout=5).stdout.strip():
+            commit += "+dirty"
+    except (OSError, subprocess.SubprocessError):
+        pass  # not a checkout, or no git: an installed package
+    return {"bertforge": bertforge_version(), "torch": torch.__version__, "python": platform.python_version(),
+            "git": commit}
 
 
 def _append(rank: int, out: str, record: dict) -> None:
