@@ -128,7 +128,8 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
     return model, task, Tokenizer.from_pretrained(directory)
 
 
-def _label_names(model) -> list[str] | None:
+def label_names_of(model) -> list[str] | None:
+    """A fine-tuned classifier's label names in id order (None for regression and other heads)."""
     config = model.bert.config
     if config.problem_type == "regression" or not config.id2label:
         return None
@@ -156,7 +157,7 @@ def _output_format(path: str | None, requested: str | None, family: str) -> str:
 def evaluate(directory: str, data_file: str, batch_size: int = 64, device: str | torch.device = "cpu") -> dict:
     """The task's metrics for a fine-tuned model on a labelled file."""
     model, task, tokenizer = load_finetuned(directory, device)
-    names = _label_names(model)
+    names = label_names_of(model)
     examples = task.read(data_file)
     task.check_labels(examples, names)
     features, cut = task.featurize(examples, tokenizer, names)
@@ -175,7 +176,7 @@ def predict(directory: str, input_file: str | None, output_file: str | None, bat
     Returns the number of examples."""
     model, task, tokenizer = load_finetuned(directory, device)
     output_format = _output_format(output_file, output_format, task.family)
-    names = _label_names(model)
+    names = label_names_of(model)
     if input_file is None:
         examples = task.from_lines([line.rstrip("\r") for line in read_text(None).split("\n") if line.strip()])
     else:

@@ -17,7 +17,7 @@ import torch
 from ..config import GPTConfig
 from ..embed import Embedder
 from ..errors import BertforgeError
-from ..finetune import _label_names, load_finetuned
+from ..finetune import label_names_of, load_finetuned
 from ..formats.hf import read_config
 from ..models.bert import Bert
 from ..tasks.common import token_types
@@ -42,7 +42,7 @@ class Engine:
         self.names = None
         if config.bertforge_task:
             self.model, self.task, self.tokenizer = load_finetuned(directory, device)
-            self.names = _label_names(self.model)
+            self.names = label_names_of(self.model)
             encoder = self.model.bert
         elif any(a.endswith(MLM_ARCHITECTURES) for a in config.architectures or ()):
             from ..fill_mask import FillMask
@@ -78,7 +78,10 @@ class Engine:
         if self.task is not None:
             task = {"name": self.task.name, "family": self.task.family, "labels": self.names,
                     "pairs": getattr(self.task, "pair_column", None) is not None}
-        return {"model": os.path.basename(os.path.abspath(self.directory)), "model_type": config.model_type,
+        path = os.path.abspath(self.directory)
+        # a run's `model/` folder is named by its run: "sst2/model" rather than "model"
+        name = os.path.join(*path.split(os.sep)[-2:]) if os.path.basename(path) == "model" else os.path.basename(path)
+        return {"model": name, "model_type": config.model_type,
                 "architectures": config.architectures, "task": task, "abilities": self.abilities,
                 "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
                 "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
