@@ -119,17 +119,15 @@ def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0) ->
                 "predict": Batcher(engine.predict, executor, max_batch, max_wait_ms / 1000)}
 
     async def body_of(request: Request, endpoint: str) -> dict:
-        engine_ability = "predict" if endpoint == "predict" else endpoint
-        if endpoint != "tokens":
-            try:
-                engine.require(engine_ability)
-            except BertforgeError as e:
-                raise RequestError(str(e), 400) from None
+        try:
+            engine.require(endpoint)
+        except BertforgeError as e:
+            raise RequestError(str(e), 400) from None
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > MAX_BODY:
             raise RequestError(f"the body has {int(declared):,} bytes; the limit is {MAX_BODY:,}", 413)
-        raw = b""
-        async for chunk in request.stream():
+        raw = bytearray()
+        async for chunk in request.stream():  # counted as it comes: a missing or false length cannot pass
             raw += chunk
             if len(raw) > MAX_BODY:
                 raise RequestError(f"the body is over the limit of {MAX_BODY:,} bytes", 413)

@@ -90,8 +90,12 @@ class Engine:
 
     def require(self, ability: str) -> None:
         if ability not in self.abilities:
-            kind = f"a {self.task.name} model" if self.task else "a pretrained encoder without a masked-LM head" \
-                if self.fill is None else "a masked language model"
+            if self.task is not None:
+                kind = f"a {self.task.name} model"
+            elif self.fill is not None:
+                kind = "a masked language model"
+            else:
+                kind = "a pretrained encoder without a masked-LM head"
             raise BertforgeError(f"this model cannot do {ability}: it is {kind} "
                                  f"(it answers {', '.join(self.abilities)})")
 
