@@ -104,7 +104,7 @@ def test_predict_and_evaluate_through_the_command_line(base_model, tmp_path, cap
     monkeypatch.setattr("sys.stdin", io.StringIO("a good film\nawful acting\n"))
     assert main(["predict", "--model", model]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["label"] for r in lines] == ["1", "0"] and lines[0]["text"] == "a good film"
+    assert [r["label"] for r in lines] == ["positive", "negative"] and lines[0]["text"] == "a good film"
     assert predict(model, data, str(tmp_path / "out.jsonl")) == 16
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 16
 
@@ -135,7 +135,7 @@ def test_long_texts_are_counted_as_truncated(base_model, tmp_path):
     task = make_task("sst2", max_seq_length=8)
     rows = [(" ".join(["good"] * 20), 1), ("bad", 0)]
     examples = task.read(write_tsv(tmp_path / "t.tsv", rows))
-    features, cut = task.featurize(examples, Tokenizer.from_pretrained(base_model), ["0", "1"])
+    features, cut = task.featurize(examples, Tokenizer.from_pretrained(base_model), task.label_names(examples))
     assert cut == 1 and len(features[0]["ids"]) == 8
 
 
@@ -158,8 +158,8 @@ def test_slanted_triangular_schedule():
 
 
 @pytest.mark.parametrize("name, train_count, dev_count, labels", [
-    ("sst2", 67349, 872, {"0", "1"}), ("mrpc", 3668, 408, {"0", "1"}),
-    ("rte", 2490, 277, {"entailment", "not_entailment"}), ("cola", 8551, 1043, {"0", "1"}),
+    ("sst2", 67349, 872, {"negative", "positive"}), ("mrpc", 3668, 408, {"not_equivalent", "equivalent"}),
+    ("rte", 2490, 277, {"entailment", "not_entailment"}), ("cola", 8551, 1043, {"unacceptable", "acceptable"}),
 ])
 def test_glue_readers_on_the_real_files(shared_data, name, train_count, dev_count, labels):
     task = make_task(name)
@@ -167,7 +167,9 @@ def test_glue_readers_on_the_real_files(shared_data, name, train_count, dev_coun
     train = task.read(os.path.join(folder, "train.tsv"))
     dev = task.read(os.path.join(folder, "dev.tsv"))
     assert (len(train), len(dev)) == (train_count, dev_count)
-    assert {e["label"] for e in train} == labels
+    assert {e["label"] for e in train} == labels  # GLUE's 0/1 read as what they mean
+    if name == "sst2":
+        assert (train[0]["text"].strip(), train[0]["label"]) == ("hide new secretions from the parental units", "negative")
     assert all(e["text"] for e in train) and (task.pair_column is None or all(e["pair"] for e in train))
 
 

@@ -121,7 +121,8 @@ def test_sequence_classifier_overfits_and_matches_transformers_both_ways(gpt_mod
     theirs, info = transformers.OpenAIGPTForSequenceClassification.from_pretrained(model_dir, output_loading_info=True)
     assert not any(info.values()), info
     ours, task, tokenizer = load_finetuned(str(model_dir))
-    features, _ = task.featurize(task.read(data), tokenizer, ["0", "1"])
+    examples = task.read(data)
+    features, _ = task.featurize(examples, tokenizer, task.label_names(examples))
     batch = task.collate(features[:5], tokenizer.pad_id)  # ragged: right padding
     assert batch["attention_mask"].sum(-1).unique().numel() > 1
     with torch.no_grad():
@@ -139,11 +140,11 @@ def test_similarity_reads_both_orders_and_adds_them(gpt_model, tmp_path):
     ours, task, tokenizer = load_finetuned(str(tmp_path / "run" / "model"))
     examples = task.read(data)
     swapped = [{**e, "text": e["pair"], "pair": e["text"]} for e in examples]
-    features, _ = task.featurize(examples, tokenizer, task.labels)
+    features, _ = task.featurize(examples, tokenizer, task.label_names(examples))
     assert all(f["swapped"] != f["ids"] for f in features)
     with torch.no_grad():
         a = task.predict(ours, features)
-        b = task.predict(ours, task.featurize(swapped, tokenizer, task.labels)[0])
+        b = task.predict(ours, task.featurize(swapped, tokenizer, task.label_names(examples))[0])
         # and not by accident: the order matters to one pass of a left-to-right model
         one_order = ours.bert(task.collate(features[:1])["input_ids"]).pooler_output
         other_order = ours.bert(task.collate(features[:1])["swapped_ids"]).pooler_output

@@ -32,6 +32,9 @@ class ClassificationTask:
     pair_column: str | int | None = None
     label_column: str | int = "label"
     labels: list[str] | None = None  # fixed label set (GLUE); else learned from the training file
+    # What each of `labels` means, where the files write numbers (SST-2: 0, 1): the names shown in
+    # config.json's id2label and in predictions. Files may use either.
+    names: list[str] | None = None
     regression: bool = False
     metrics: list[str] = field(default_factory=lambda: ["accuracy"])
     header: bool = True
@@ -64,6 +67,8 @@ class ClassificationTask:
                         raise BertforgeError(f"{path}, line {number}: label {label!r} is not a number") from None
                 else:
                     label = str(label)
+                    if self.names and self.labels and label in self.labels:
+                        label = self.names[self.labels.index(label)]
                 example["label"] = label
             examples.append(example)
         return examples
@@ -73,7 +78,7 @@ class ClassificationTask:
         if self.regression:
             return None
         if self.labels:
-            names = list(self.labels)
+            names = list(self.names or self.labels)
         else:
             seen = {e["label"] for e in train}
             names = sorted(seen, key=lambda x: (0, int(x)) if x.lstrip("-").isdigit() else (1, x))
@@ -250,14 +255,16 @@ class SequenceClassifier(nn.Module):
 # The GLUE tasks as the GLUE distribution lays them out (Wang et al., 2019), with their metrics;
 # the first metric is the one the best model is chosen by.
 GLUE = {
-    "sst2": dict(text_column="sentence", label_column="label", labels=["0", "1"], metrics=["accuracy"]),
+    "sst2": dict(text_column="sentence", label_column="label", labels=["0", "1"], names=["negative", "positive"],
+                 metrics=["accuracy"]),
     "mrpc": dict(text_column="#1 String", pair_column="#2 String", label_column="Quality", labels=["0", "1"],
-                 metrics=["f1", "accuracy"], symmetric=True),
+                 names=["not_equivalent", "equivalent"], metrics=["f1", "accuracy"], symmetric=True),
     "rte": dict(text_column="sentence1", pair_column="sentence2", label_column="label",
                 labels=["entailment", "not_entailment"], metrics=["accuracy"]),
-    "cola": dict(text_column=3, label_column=1, labels=["0", "1"], metrics=["mcc", "accuracy"], header=False),
+    "cola": dict(text_column=3, label_column=1, labels=["0", "1"], names=["unacceptable", "acceptable"],
+                 metrics=["mcc", "accuracy"], header=False),
     "qqp": dict(text_column="question1", pair_column="question2", label_column="is_duplicate", labels=["0", "1"],
-                metrics=["f1", "accuracy"], symmetric=True),
+                names=["not_duplicate", "duplicate"], metrics=["f1", "accuracy"], symmetric=True),
     "mnli": dict(text_column="sentence1", pair_column="sentence2", label_column="gold_label",
                  labels=["contradiction", "entailment", "neutral"], metrics=["accuracy"]),
     "qnli": dict(text_column="question", pair_column="sentence", label_column="label",
@@ -265,7 +272,7 @@ GLUE = {
     "stsb": dict(text_column="sentence1", pair_column="sentence2", label_column="score", regression=True,
                  metrics=["pearson", "spearman"], symmetric=True),
     "wnli": dict(text_column="sentence1", pair_column="sentence2", label_column="label", labels=["0", "1"],
-                 metrics=["accuracy"]),
+                 names=["not_entailment", "entailment"], metrics=["accuracy"]),
 }
 
 
