@@ -106,3 +106,20 @@ def test_inference_commands_take_a_device(tmp_path, capsys):
     assert main(["embed", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "t.txt"), "--output",
                  str(tmp_path / "v.npy"), "--device", "tpu"]) == 2
     assert "unknown device 'tpu'" in capsys.readouterr().err
+
+
+def test_progress_is_plain_lines_when_not_a_terminal():
+    import io
+
+    from bertforge.progress import progress
+
+    out = io.StringIO()  # not a terminal: a log file, CI, nohup
+    bar = progress(total=10, desc="training", unit="steps", file=out, every=0)
+    for i in range(10):
+        bar.set_postfix(loss=f"{1 / (i + 1):.3f}")
+        bar.update(1)
+    bar.close()
+    lines = out.getvalue().split("\n")
+    assert "\r" not in out.getvalue() and len(lines) == 11 and lines[-1] == ""
+    assert lines[0].startswith("training: 1/10 steps (10%), 0:00 elapsed, ~0:00 left, loss 1.000")
+    assert lines[9].startswith("training: 10/10 steps (100%), 0:00 elapsed, loss 0.100")

@@ -221,7 +221,7 @@ def cmd_embed(args) -> None:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
     layers = int(args.layers) if args.layers.lstrip("-").isdigit() else args.layers
     vectors = embed(args.model, texts, layers, args.pooling, args.batch_size, args.max_length, args.precision,
-                    resolve_device(args.device))
+                    resolve_device(args.device), progress=len(texts) >= 1000)  # a few seconds' work or more
     tokens = None
     if args.pooling == "tokens":  # cut exactly as embed() cuts, so tokens and vectors line up
         from .formats.hf import read_config

@@ -13,6 +13,7 @@ from torch import nn
 
 from .errors import BertforgeError
 from .formats.hf import load_pretrained
+from .progress import progress as progress_bar
 from .tasks.common import in_length_order, token_types
 from .tokenizer import Tokenizer
 from .training.allocator import reuse_freed_memory
@@ -103,13 +104,10 @@ class Embedder:
         encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_length)
         out = [None] * len(texts)
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-        batches = in_length_order(encodings, batch_size)
-        if progress:
-            from tqdm import tqdm
-
-            batches = tqdm(list(batches), desc="embed", unit="batch")
+        bar = progress_bar(total=len(texts), desc="embed", unit="texts", disable=not progress)
         with torch.inference_mode(), autocast:
-            for rows in batches:
+            for rows in in_length_order(encodings, batch_size):
+                bar.update(len(rows))
                 batch = {k: v.to(device) for k, v in tokenizer.pad([encodings[i] for i in rows]).items()}
                 batch["token_type_ids"] = token_types(model, batch["token_type_ids"])
                 states = model(**batch, output_hidden_states=True).hidden_states
@@ -123,6 +121,7 @@ class Embedder:
                         out[i] = vectors[k, 0].cpu().numpy()
                     else:
                         out[i] = ((vectors[k] * mask[k]).sum(0) / mask[k].sum()).cpu().numpy()
+        bar.close()
         if normalize:  # sentence-transformers' Normalize: v / max(|v|, 1e-12), per vector
             out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
         return out if pooling == "tokens" else np.stack(out)
@@ -166,10 +165,10 @@ def sentence_transformers_settings(directory: str) -> dict:
 
 def embed(directory: str, texts: list[str], layers: str | int = "last", pooling: str | None = None,
           batch_size: int = 128, max_length: int | None = None, precision: str = "fp32",
-          device: str | torch.device = "cpu") -> list[np.ndarray] | np.ndarray:
+          device: str | torch.device = "cpu", progress: bool = False) -> list[np.ndarray] | np.ndarray:
     """Vectors for `texts` from the encoder in `directory` (any HF BERT directory); see `Embedder.encode`."""
     return Embedder.from_pretrained(directory, device).encode(texts, layers, pooling, batch_size, max_length,
-                                                              precision)
+                                                              precision, progress=progress)
 
 
 def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:

@@ -121,15 +121,14 @@ def build_shards(corpus: str | list[str], tokenizer: Tokenizer, cache_dir: str |
 
 def _write_shards(tmp: str, files: list[str], tokenizer: Tokenizer, layout: str, text_field: str,
                   workers: int, progress: bool) -> dict:
-    from tqdm import tqdm
+    from ..progress import progress as progress_bar
 
     dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32
     reports = [FileReport(path) for path in files]
     total = sum(os.path.getsize(p) for p in files)
     counts = {"tokens": 0, "sentences": 0, "documents": 0}
     carry = False  # a document began in an earlier chunk but has no sentence yet
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not progress, file=sys.stderr,
-               mininterval=1 if sys.stderr.isatty() else 30)
+    bar = progress_bar(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not progress)
     with open(os.path.join(tmp, "tokens.bin"), "wb") as tokens_f, \
             open(os.path.join(tmp, "sentences.bin"), "wb") as sentences_f, \
             open(os.path.join(tmp, "documents.bin"), "wb") as documents_f:

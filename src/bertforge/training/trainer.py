@@ -30,6 +30,7 @@ from ..config import bertforge_version
 from ..data.batches import Position
 from ..errors import BertforgeError
 from ..formats.hf import check_vocab_fits, load_parts, read_config, write_parts
+from ..progress import progress
 from .allocator import reuse_freed_memory
 from .atomic import atomic_directory, atomic_file, remove_leftovers
 from .device import autocast as precision_autocast
@@ -187,10 +188,8 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         return True
 
     stop = _StopFlag()
-    from tqdm import tqdm
-
-    bar = tqdm(total=total_steps, initial=step, disable=not (o.progress and rank == 0), file=sys.stderr,
-               dynamic_ncols=True, desc="training", mininterval=1 if sys.stderr.isatty() else 30)
+    bar = progress(total=total_steps, initial=step, disable=not (o.progress and rank == 0), desc="training",
+                   unit="steps")
     start, window_start = time.perf_counter() - elapsed, time.perf_counter()
     # The metrics window (sums since the last record) is part of the state, so that records after a
     # resume average the same steps as in an uninterrupted run.
