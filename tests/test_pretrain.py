@@ -326,3 +326,18 @@ def test_training_options_are_validated(tmp_path):
                 {"precision": "fp8"}, {"lr": 0.0}):
         with pytest.raises(BertforgeError):
             small_options(tmp_path, **bad)
+
+
+def test_the_header_says_what_the_run_will_do(tmp_path):
+    from bertforge.training.trainer import TrainOptions, header
+
+    model = BertPretraining(tiny_config())
+    options = TrainOptions(out=str(tmp_path / "run"), steps=40, lr=2e-3, precision="auto", progress=False)
+    text = header(model, {"train_documents": 1200, "eval_documents": 24}, options, torch.device("cpu"), "fp32", 1)
+    parameters = sum(p.numel() for p in model.parameters())
+    assert f"{parameters / 1e6:.1f}M parameters" in text and "vocabulary 99" in text and "2 layers x 32" in text
+    assert "on cpu in fp32 (chosen by --precision auto)" in text
+    assert "1,200 documents to train on, 24 held out (never trained on)" in text
+    assert f"budget: 40 steps; peak lr 0.002, linear schedule; output: {tmp_path / 'run'}" in text
+    text = header(model, {"train_examples": 8, "dev_examples": 5}, options, torch.device("cpu"), "bf16", 2)
+    assert "8 training examples, 5 dev examples" in text and "x 2 processes in bf16" in text

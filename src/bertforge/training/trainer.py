@@ -134,8 +134,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         _remove_leftovers(checkpoints)
         remove_leftovers(os.path.join(o.out, "model"))
     autocast = precision_autocast(precision, device)
-    _log(rank == 0 and o.progress, f"training on {device} in {precision}"
-         + (" (chosen by --precision auto)" if o.precision == "auto" else ""))
+    _log(rank == 0 and o.progress, header(model, run_config or {}, o, device, precision, world))
     # An objective may weigh its terms (ELECTRA: 50 x the discriminator's); terms are logged unweighted.
     weights = getattr(model, "loss_weights", {})
     net = torch.compile(model, dynamic=True) if o.compile else model
@@ -627,6 +626,27 @@ def distributed_setup():
         torch.cuda.set_device(local)
         return rank, world, torch.device("cuda", local)
     return rank, world, torch.device("cpu")
+
+
+def header(model, run_config: dict, o: TrainOptions, device, precision: str, world: int) -> str:
+    """What a run is about to do, in a few lines: the model and its size, where and in what
+    precision, the data (and what is held out), the vocabulary, the budget and rate, the output."""
+    config = model.bert.config
+    parameters = sum(p.numel() for p in model.parameters())
+    lines = [f"model: {config.model_type}, {config.num_hidden_layers} layers x {config.hidden_size}, "
+             f"{parameters / 1e6:.1f}M parameters with its heads; vocabulary {config.vocab_size:,}",
+             f"on {device}" + (f" x {world} processes" if world > 1 else "") + f" in {precision}"
+             + (" (chosen by --precision auto)" if o.precision == "auto" else "")]
+    data = run_config
+    if "train_documents" in data:
+        lines.append(f"data: {data['train_documents']:,} documents to train on, {data['eval_documents']:,} held out "
+                     "(never trained on)")
+    elif "train_examples" in data:
+        lines.append(f"data: {data['train_examples']:,} training examples, {data['dev_examples']:,} dev examples")
+    budget = ", ".join(part for part in (f"{o.steps:,} steps" if o.steps else "",
+                                         f"{o.max_minutes:g} minutes" if o.max_minutes else "") if part)
+    lines.append(f"budget: {budget}; peak lr {o.lr:g}, {o.schedule} schedule; output: {o.out}")
+    return "\n".join(lines)
 
 
 def _log(enabled: bool, message: str) -> None:
