@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 
@@ -48,6 +49,29 @@ def random_batch(vocab_size: int, batch: int = 3, length: int = 16, seed: int = 
     ids[mask == 0] = 0
     token_types[mask == 0] = 0
     return {"input_ids": ids, "token_type_ids": token_types, "attention_mask": mask}
+
+
+@contextlib.contextmanager
+def serving(app):
+    """`app` under uvicorn on a free local port, in a thread; yields its base URL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started and thread.is_alive():
+            threading.Event().wait(0.05)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def assert_same_attentions(encoder, theirs, batch):

@@ -2,10 +2,9 @@
 sentence with a [MASK], and the candidates, the tokens and the attention view appear."""
 
 import shutil
-import socket
-import threading
 
 import pytest
+from conftest import serving
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 uvicorn = pytest.importorskip("uvicorn")
@@ -19,19 +18,9 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 
 @pytest.fixture
 def service(models):
-    """The service on a free local port, in a thread, for the masked LM."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(Engine(models["mlm"])), host="127.0.0.1", port=port,
-                                           log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started and thread.is_alive():
-        threading.Event().wait(0.05)
-    yield f"http://127.0.0.1:{port}/"
-    server.should_exit = True
-    thread.join(timeout=10)
+    """The service for the masked LM, on a free local port."""
+    with serving(create_app(Engine(models["mlm"]))) as url:
+        yield url
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium found (apt-get install chromium; .ci/run installs it)")

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 import torch
-from conftest import TEXTS
+from conftest import TEXTS, serving
 
 from bertforge import Tokenizer, save_pretrained
 from bertforge.cli import main
@@ -107,7 +107,8 @@ def test_attention_equals_transformers(models):
         expected = theirs(ids, token_type_ids=torch.tensor([answer["segments"]]), output_attentions=True).attentions
     got = torch.tensor(answer["attentions"])  # (L, N, T, T), rounded to 4 decimals
     assert got.shape == (2, 4, ids.shape[1], ids.shape[1])
-    assert (got - torch.stack(expected)[:, 0]).abs().max() <= 5e-5
+    # half a unit of the 4th decimal from the rounding, plus the 1e-5 parity test_model checks unrounded
+    assert (got - torch.stack(expected)[:, 0]).abs().max() <= 5e-5 + 1e-5
     assert torch.allclose(got.sum(-1), torch.ones(got.shape[:-1]), atol=1e-3)
 
 
@@ -212,24 +213,15 @@ def test_the_service_runs_on_a_real_socket(models):
     """uvicorn on a free local port, then a bounded load of 24 requests from 24 concurrent clients:
     no error, no lost request, every answer to its own question, and fewer model calls than
     requests (concurrent requests share calls)."""
-    uvicorn = pytest.importorskip("uvicorn")
-    import socket
+    pytest.importorskip("uvicorn")
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     app = create_app(Engine(models["sst2"]), max_wait_ms=50)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            threading.Event().wait(0.05)
+    with serving(app) as url:
         answers = [None] * 24
 
         def ask(i):
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/predict", method="POST",
+            request = urllib.request.Request(f"{url}predict", method="POST",
                                              data=json.dumps({"text": TEXTS[i % 4]}).encode(),
                                              headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=30) as response:
@@ -242,10 +234,6 @@ def test_the_service_runs_on_a_real_socket(models):
             w.join()
         assert all(a is not None and a["text"] == TEXTS[i % 4] for i, a in enumerate(answers))
         assert app.state.batchers["predict"].calls < len(answers)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
 
 
 def test_serve_options_are_checked(models, capsys):

@@ -296,6 +296,11 @@ def _conv1d(name: str, tensor: torch.Tensor) -> torch.Tensor:
 # ---- reading -------------------------------------------------------------------------------------
 
 
+def has_masked_lm_head(config) -> bool:
+    """Whether a saved checkpoint's HF class carries a masked-LM head (`...ForMaskedLM`, `...ForPreTraining`)."""
+    return any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in config.architectures or ())
+
+
 def read_config(directory: str) -> BertConfig | ModernBertConfig:
     if not os.path.isdir(directory):
         raise BertforgeError(f"{directory}: no such directory")

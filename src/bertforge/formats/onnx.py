@@ -21,10 +21,9 @@ from torch import nn
 
 from ..config import GPTConfig
 from ..errors import BertforgeError
-from .hf import load_pretrained, read_config
+from .hf import has_masked_lm_head, load_pretrained, read_config
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-MLM_ARCHITECTURES = ("ForMaskedLM", "ForPreTraining")
 
 
 class Exportable(nn.Module):
@@ -59,7 +58,7 @@ def exportable(directory: str) -> tuple[Exportable, list[str], str]:
         model, task, _ = load_finetuned(directory)
         names = ["start_logits", "end_logits"] if task.family == "qa" else ["logits"]
         return Exportable(model, task.family).eval(), names, task.family
-    if any(a.endswith(MLM_ARCHITECTURES) for a in config.architectures or ()):
+    if has_masked_lm_head(config):
         from ..objectives import BertPretraining
 
         sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None

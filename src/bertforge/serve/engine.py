@@ -18,12 +18,11 @@ from ..config import GPTConfig
 from ..embed import Embedder
 from ..errors import BertforgeError
 from ..finetune import label_names_of, load_finetuned
-from ..formats.hf import read_config
+from ..formats.hf import has_masked_lm_head, read_config
 from ..models.bert import Bert
 from ..tasks.common import token_types
 from ..tokenizer import Tokenizer
 
-MLM_ARCHITECTURES = ("ForMaskedLM", "ForPreTraining")
 # The words of a tagging request and where each starts in its text: white space splits words, as
 # `predict` splits standard input, and the offsets let the answer point into the text.
 WORD = re.compile(r"\S+")
@@ -44,7 +43,7 @@ class Engine:
             self.model, self.task, self.tokenizer = load_finetuned(directory, device)
             self.names = label_names_of(self.model)
             encoder = self.model.bert
-        elif any(a.endswith(MLM_ARCHITECTURES) for a in config.architectures or ()):
+        elif has_masked_lm_head(config):
             from ..fill_mask import FillMask
 
             self.fill = FillMask(directory, device)
