@@ -182,9 +182,12 @@ def test_span_boundary_head_on_a_hand_example():
 
 
 def test_cli_objectives_and_vocabulary_kinds_are_the_librarys():
+    from bertforge.cli import RECURRENT_NAMES
+    from bertforge.pretrain_recurrent import RECURRENT_OBJECTIVES
     from bertforge.tokenizer import KINDS
 
-    assert OBJECTIVE_NAMES == list(OBJECTIVES)
+    assert OBJECTIVE_NAMES == list(OBJECTIVES) + list(RECURRENT_OBJECTIVES)
+    assert RECURRENT_NAMES == list(RECURRENT_OBJECTIVES)
     assert VOCAB_KINDS == list(KINDS)
 
 

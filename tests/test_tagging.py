@@ -102,6 +102,8 @@ def test_a_tiny_model_overfits_ner_and_matches_transformers(base_model, tmp_path
     assert scores["f1"] == 100.0 and scores["accuracy"] == 100.0
     config = json.loads((model_dir / "config.json").read_text())
     assert config["architectures"] == ["BertForTokenClassification"] and config["id2label"]["0"] == "O"
+    # without --crf: no CRF recorded, no heads file beside the HF weights (see test_crf.py for one with)
+    assert "crf" not in config["bertforge_task"] and not (model_dir / "bertforge_heads.safetensors").exists()
     theirs = transformers.AutoModelForTokenClassification.from_pretrained(model_dir).eval()
     ours, _, _ = load_finetuned(str(model_dir))
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)

@@ -9,6 +9,7 @@ from .formats.hf import load_pretrained, save_pretrained
 from .generate import Generator
 from .models.bert import Bert, EncoderOutput
 from .pretrain import pretrain
+from .pretrain_recurrent import pretrain_recurrent
 from .tokenizer import Tokenizer
 
 # `from .pretrain import pretrain` binds the name to the function after loading the submodule of the
@@ -16,6 +17,6 @@ from .tokenizer import Tokenizer
 __all__ = [
     "Bert", "BertConfig", "BertforgeError", "Embedder", "EncoderOutput", "FillMask", "Generator", "PRESETS",
     "Tokenizer", "embed", "evaluate", "finetune", "load_pretrained", "predict", "preset", "pretrain",
-    "save_pretrained",
+    "pretrain_recurrent", "save_pretrained",
 ]
 __version__ = "0.1.0"

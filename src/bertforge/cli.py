@@ -11,12 +11,13 @@ import os
 import sys
 
 from .checks import check_options
-from .config import PRESETS
+from .config import AWD_LSTM_PRESETS, PRESETS
 from .errors import BertforgeError
 
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
-OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt"]
+OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt", "awd-lstm"]
+RECURRENT_NAMES = ["awd-lstm"]  # pretrain_recurrent.RECURRENT_OBJECTIVES
 VOCAB_KINDS = ["wordpiece", "byte-bpe", "bpe"]  # tokenizer.KINDS
 
 
@@ -50,6 +51,11 @@ def cmd_pretrain(args) -> None:
 
     if args.steps is None and args.max_minutes is None:
         raise BertforgeError("give a budget: --steps, --max-minutes, or both")
+    if args.objective in RECURRENT_NAMES:
+        return cmd_pretrain_recurrent(args)
+    if args.preset and args.preset not in PRESETS:
+        raise BertforgeError(f"--preset {args.preset} is an AWD-LSTM size; choose one of {', '.join(sorted(PRESETS))}")
+    clip = 1.0 if args.clip is None else args.clip
     # The recipe's defaults, then every flag given on top of them.
     if args.init and args.preset:
         raise BertforgeError("--init continues a checkpoint of its own size: drop --preset")
@@ -81,7 +87,7 @@ def cmd_pretrain(args) -> None:
               f"pretraining, {masked} (each has a flag; all saved in run_config.json)", flush=True)
     options = TrainOptions(
         lr=lr, betas=betas, out=args.out, steps=args.steps, max_minutes=args.max_minutes, warmup=warmup,
-        schedule=schedule, weight_decay=args.weight_decay, accum=args.accum, clip=args.clip,
+        schedule=schedule, weight_decay=args.weight_decay, accum=args.accum, clip=clip,
         precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
         eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
         progress=not args.quiet, compile=args.compile,
@@ -97,6 +103,38 @@ def cmd_pretrain(args) -> None:
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
         recipe=args.recipe, positions=positions, dropout=dropout, init=args.init,
     )
+    print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
+          f"{args.out}/model, checkpoints in {args.out}/checkpoints")
+    if result["status"] == "interrupted":
+        raise KeyboardInterrupt
+
+
+def cmd_pretrain_recurrent(args) -> None:
+    from .pretrain_recurrent import default_options, pretrain_recurrent
+
+    bert_only = [flag for flag, value in (
+        ("--mask-prob", args.mask_prob), ("--masking", args.masking), ("--whole-word", args.whole_word or None),
+        ("--replace-prob", args.replace_prob), ("--random-prob", args.random_prob), ("--positions", args.positions),
+        ("--tokenizer", args.tokenizer), ("--vocab-kind", args.vocab_kind), ("--dropout", args.dropout),
+        ("--cased", args.cased or None)) if value is not None]
+    if bert_only:
+        raise BertforgeError(f"{', '.join(bert_only)}: not for --objective {args.objective} (a word-level LSTM "
+                             "language model; see the recurrent options)")
+    if args.preset and args.preset not in AWD_LSTM_PRESETS:
+        raise BertforgeError(f"--preset {args.preset} is not an AWD-LSTM size; choose one of "
+                             f"{', '.join(AWD_LSTM_PRESETS)}")
+    options = default_options(
+        args.out, args.init, lr=args.lr, warmup=args.warmup, schedule=args.schedule, clip=args.clip,
+        betas=None if args.beta2 is None else (0.8, args.beta2), steps=args.steps, max_minutes=args.max_minutes,
+        weight_decay=args.weight_decay, accum=args.accum, precision=args.precision, log_every=args.log_every,
+        eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
+        seed=args.seed, progress=not args.quiet, compile=args.compile)
+    result = pretrain_recurrent(
+        args.corpus, args.out, args.objective, preset=args.preset, init=args.init,
+        vocab_size=args.vocab_size or 60000, min_freq=args.min_freq, rules=not args.no_rules, bptt=args.bptt,
+        batch_size=args.batch_size or 64, layout=args.layout, text_field=args.text_field,
+        eval_fraction=args.eval_fraction, resume=args.resume, options=options, backwards=args.backwards,
+        dropout_scale=args.dropout_scale)
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
     if result["status"] == "interrupted":
@@ -171,26 +209,38 @@ def cmd_finetune(args) -> None:
                      n_best=args.n_best, null_threshold=args.null_threshold,
                      choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
                      prefix_column=args.prefix_column, features=args.features)
-    if args.lr is None:
-        from .formats.hf import read_config
-        from .recipe import finetuning_lr
+    from .finetune import ULMFIT
+    from .formats.hf import read_config
 
-        width = read_config(args.model).hidden_size
-        args.lr = finetuning_lr(width)
+    base = read_config(args.model)
+    if base.model_type == "awd-lstm":  # ULMFiT's classifier recipe under every flag not given
+        given = {"lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "layer_decay": args.layer_lr_decay}
+        recipe = {**ULMFIT, **{k: v for k, v in given.items() if v is not None}}
         if not args.quiet:
-            print(f"peak learning rate {args.lr:g} for an encoder of width {width} "
-                  "(--lr to change)", flush=True)
+            print(f"ULMFiT's classifier recipe: peak lr {recipe['lr']:g} at the head, x {recipe['layer_decay']:.3g} "
+                  f"per layer down, {recipe['schedule']} schedule, gradual unfreezing (each has a flag)", flush=True)
+    else:
+        recipe = {"lr": args.lr, "warmup": 0.1 if args.warmup is None else args.warmup,
+                  "schedule": args.schedule or "linear",
+                  "layer_decay": 1.0 if args.layer_lr_decay is None else args.layer_lr_decay}
+        if args.lr is None:
+            from .recipe import finetuning_lr
+
+            recipe["lr"] = finetuning_lr(base.hidden_size)
+            if not args.quiet:
+                print(f"peak learning rate {recipe['lr']:g} for an encoder of width {base.hidden_size} "
+                      "(--lr to change)", flush=True)
     options = TrainOptions(
-        out=args.out, steps=args.steps, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
+        out=args.out, steps=args.steps, **recipe,
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
         log_every=args.log_every, keep=1, seed=args.seed, progress=not args.quiet, patience=args.patience,
-        layer_decay=args.layer_lr_decay, unfreeze_every=args.unfreeze_every, compile=args.compile,
-        max_minutes=args.max_minutes,
+        unfreeze_every=args.unfreeze_every, compile=args.compile, max_minutes=args.max_minutes,
     )
     result = finetune(task, args.train, args.dev, args.model, args.out, epochs=args.epochs,
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
                       eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
-                      max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
+                      max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
+                      crf=args.crf)
     best = result["best"]
     print(f"{result['status']} at step {result['step']}; best {options.select} {best['score']} at step "
           f"{best['step']}; model in {args.out}/model")
@@ -291,9 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "span: SpanBERT span masking + span-boundary objective; albert: factorised embeddings, "
                           "shared layers, n-gram masking + sentence order; electra: replaced-token detection; "
                           "modernbert: MLM over a ModernBERT encoder (pre-LN, rotary, GeGLU, local/global attention); "
-                          "gpt: GPT-1, a left-to-right language model")
-    pre.add_argument("--preset", choices=sorted(PRESETS),
-                     help="model size (default: by the budget: bert-tiny for --max-minutes 10 or less, else bert-mini)")
+                          "gpt: GPT-1, a left-to-right language model; awd-lstm: ULMFiT's AWD-LSTM word-level "
+                          "language model (stages 1 and, with --init, 2; see the recurrent options)")
+    pre.add_argument("--preset", choices=sorted(PRESETS) + list(AWD_LSTM_PRESETS),
+                     help="model size (default: by the budget: bert-tiny for --max-minutes 10 or less, else bert-mini; "
+                          "awd-lstm-small for awd-lstm, whose ULMFiT size is awd-lstm-ulmfit)")
     pre.add_argument("--recipe", default="small-budget", choices=["small-budget", "bert-2018"],
                      help="defaults of the settings below: small-budget (rotary positions for bert and span, "
                           "learning rate by size, 10%% warm-up, beta2 0.98, no dropout while pretraining: "
@@ -346,18 +398,29 @@ def build_parser() -> argparse.ArgumentParser:
                      help="warm-up: a fraction of the steps (<1) or steps (default: the recipe's: 0.1; bert-2018 0.01)")
     opt.add_argument("--dropout", type=float, help="dropout while pretraining; the saved config keeps the "
                      "preset's 0.1 for fine-tuning (default: the recipe's: 0; bert-2018 0.1)")
-    opt.add_argument("--schedule", choices=["linear", "cosine", "one-cycle", "constant"],
-                     help="decay after warm-up: linear, or a cosine (cosine and one-cycle are the same) "
-                          "(default: the recipe's: cosine for gpt, else linear)")
+    opt.add_argument("--schedule", choices=["linear", "cosine", "one-cycle", "constant", "slanted"],
+                     help="decay after warm-up: linear, or a cosine (cosine and one-cycle are the same), or "
+                          "ULMFiT's slanted triangular rates (default: the recipe's: cosine for gpt, one-cycle for "
+                          "awd-lstm, slanted for awd-lstm --init, else linear)")
     opt.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
     opt.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
-    opt.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
+    opt.add_argument("--clip", type=float, help="gradient-norm clipping (0: none; default 1, 0.25 for awd-lstm)")
     opt.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
                      help="auto: bf16 where it is native (Ampere+ GPUs, CPUs with AVX512-BF16/AMX), fp16 with a "
                           "gradient scaler on older GPUs, else fp32")
     opt.add_argument("--compile", action="store_true",
                      help="torch.compile the model (needs a C++ compiler on CPU; the first step includes compiling)")
     opt.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and masking")
+    rnn = pre.add_argument_group("recurrent (awd-lstm)")
+    rnn.add_argument("--bptt", type=int, default=70, help="mean length of the chunks back-propagated through "
+                     "(AWD-LSTM's variable lengths around it); the hidden state carries across chunks")
+    rnn.add_argument("--min-freq", type=int, default=2, help="words seen fewer times read as xxunk (--vocab-size "
+                     "caps the vocabulary: default 60,000, ULMFiT's)")
+    rnn.add_argument("--no-rules", action="store_true", help="lowercase only, without ULMFiT's xxmaj, xxup, xxrep, "
+                     "xxwrep tokens")
+    rnn.add_argument("--backwards", action="store_true", help="train on reversed text (ULMFiT's backward model)")
+    rnn.add_argument("--dropout-scale", type=float, default=1.0,
+                     help="multiplies AWD-LSTM's five dropouts (fastai's drop_mult)")
     log = pre.add_argument_group("logging and checkpoints")
     log.add_argument("--log-every", type=int, default=10, help="steps between metric records")
     log.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations (0: end only)")
@@ -384,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--tag-column", type=int, help="tagging: column of the tags (default -1, the last)")
     fine.add_argument("--scheme", choices=["IOB1", "IOB2", "BIOES"],
                       help="tagging: convert the tags to this scheme (default: keep the file's)")
+    fine.add_argument("--crf", action="store_true",
+                      help="tagging: a linear-chain CRF over the words' tag scores, trained on whole tag paths "
+                           "and decoded by Viterbi")
     fine.add_argument("--max-seq-length", type=int,
                       help="tokens per example, longer ones are cut (default: 128; 256 for tagging; 384 for qa)")
     mc = fine.add_argument_group("multiple choice")
@@ -402,15 +468,16 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--batch-size", type=int, default=32, help="examples per optimizer step")
     fine.add_argument("--lr", type=float, help="peak learning rate of the top layer (default: by the encoder's "
                       "width: 3e-4 up to 128, 2e-4 up to 256, 1e-4 up to 512, 5e-5 up to 768, else 2e-5)")
-    fine.add_argument("--warmup", type=float, default=0.1, help="warm-up: a fraction of the steps (<1) or steps")
-    fine.add_argument("--schedule", choices=["linear", "cosine", "one-cycle", "constant", "slanted"], default="linear",
+    fine.add_argument("--warmup", type=float, help="warm-up: a fraction of the steps (<1) or steps (default 0.1)")
+    fine.add_argument("--schedule", choices=["linear", "cosine", "one-cycle", "constant", "slanted"],
                       help="decay after warm-up; cosine and one-cycle are the same; slanted: ULMFiT's slanted "
-                           "triangular rates")
-    fine.add_argument("--layer-lr-decay", type=float, default=1.0,
+                           "triangular rates (default: linear; slanted for an AWD-LSTM)")
+    fine.add_argument("--layer-lr-decay", type=float,
                       help="learning-rate factor per layer going down (0.95: layer-wise decay; "
-                           "0.385 = 1/2.6: ULMFiT's discriminative rates)")
+                           "0.385 = 1/2.6: ULMFiT's discriminative rates; default 1, 1/2.6 for an AWD-LSTM)")
     fine.add_argument("--unfreeze-every", type=int,
-                      help="gradual unfreezing: thaw one more layer (top down) every this many steps")
+                      help="gradual unfreezing: thaw one more layer (top down) every this many steps (default: "
+                           "never; every half epoch for an AWD-LSTM)")
     fine.add_argument("--classifier-dropout", type=float, help="dropout before the head (default: the model's)")
     fine.add_argument("--lm-weight", type=float,
                       help="GPT-1: weight of the auxiliary language-model loss on the task inputs "

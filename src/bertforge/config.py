@@ -476,18 +476,89 @@ def gpt_preset(name: str, **overrides) -> GPTConfig:
     return GPTConfig(**values)
 
 
+@dataclass
+class AWDLSTMConfig(HFConfig):
+    """Merity et al.'s AWD-LSTM language model (2018), the one ULMFiT (Howard & Ruder, 2018)
+    fine-tunes: word embeddings of `emb_sz`, `n_layers` LSTMs of `n_hid` (the last one of `emb_sz`,
+    so that the decoder can share the embedding matrix), and its five dropouts. No `transformers`
+    class exists for it: bertforge writes its own `config.json` (model_type "awd-lstm") and weights
+    under its own names.
+
+    Defaults are ULMFiT's (fastai's `awd_lstm_lm_config`): 400 / 1152 / 3 layers; the dropouts are
+    fastai's, which its `drop_mult` scales (`dropout_scale` here). `bidirectional=False` always: a
+    backward model is a forward model trained on reversed text (`backwards`).
+    """
+
+    vocab_size: int = 60000
+    emb_sz: int = 400
+    n_hid: int = 1152
+    n_layers: int = 3
+    output_p: float = 0.1  # on the last LSTM's output, before the decoder
+    hidden_p: float = 0.15  # between LSTM layers (locked: one mask per sequence)
+    input_p: float = 0.25  # on the embedded input (locked)
+    embed_p: float = 0.02  # whole words dropped from the embedding matrix
+    weight_p: float = 0.2  # DropConnect on the hidden-to-hidden weights
+    tie_weights: bool = True
+    out_bias: bool = True
+    backwards: bool = False  # trained on reversed documents (ULMFiT's backward model)
+    pad_token_id: int = 1
+    classifier_dropout: float | None = None  # a classifier's first dropout (None: output_p)
+    model_type: str = "awd-lstm"
+    architectures: list[str] = field(default_factory=lambda: ["AWDLSTMLanguageModel"])
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None
+    finetuning_task: str | None = None
+    bertforge_task: dict | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "emb_sz", "n_hid", "n_layers"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
+                   "a positive integer", value)
+        for name in ("output_p", "hidden_p", "input_p", "embed_p", "weight_p"):
+            value = getattr(self, name)
+            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
+        _check(self.model_type == "awd-lstm", "model_type", "'awd-lstm'", self.model_type)
+        _check(isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size, "pad_token_id",
+               f"an id below vocab_size={self.vocab_size}", self.pad_token_id)
+        self._check_heads()
+
+    # The names code shared by every family reads.
+    hidden_size = property(lambda self: self.emb_sz)  # what the last layer gives a task head
+    num_hidden_layers = property(lambda self: self.n_layers)
+
+
+# Sizes of AWD-LSTM: ULMFiT's, and smaller ones a CPU trains in minutes (the same 3 layers, the
+# last of the embedding width so that the decoder is tied).
+AWD_LSTM_PRESETS = {
+    "awd-lstm-tiny": {"emb_sz": 64, "n_hid": 128},
+    "awd-lstm-small": {"emb_sz": 200, "n_hid": 576},
+    "awd-lstm-ulmfit": {"emb_sz": 400, "n_hid": 1152},
+}
+
+
+def awd_lstm_preset(name: str, **overrides) -> AWDLSTMConfig:
+    if name not in AWD_LSTM_PRESETS:
+        raise BertforgeError(f"unknown preset {name!r} for AWD-LSTM; choose one of {', '.join(AWD_LSTM_PRESETS)}")
+    return AWDLSTMConfig(**{**AWD_LSTM_PRESETS[name], **overrides})
+
+
 # The keys ModernBERT's HF config writes that say nothing about the model we build (flash-attention
 # and compilation switches, sparse-prediction settings of HF's own loss).
 _MODERNBERT_BOOKKEEPING = {"deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index",
                            "reference_compile", "repad_logits_with_grad", "norm_bias_enabled"}
 
 
+# The families whose config is not BertConfig, by model_type.
+FAMILY_CONFIGS = {"modernbert": ModernBertConfig, "openai-gpt": GPTConfig, "awd-lstm": AWDLSTMConfig}
+
+
 def config_from_dict(data: dict, source: str = "config") -> BertConfig | ModernBertConfig | GPTConfig:
     """The config a `config.json`'s contents describe: `ModernBertConfig` for model_type
     "modernbert", `GPTConfig` for "openai-gpt", else `BertConfig`. Unknown keys are errors naming
     `source`."""
-    cls = {"modernbert": ModernBertConfig, "openai-gpt": GPTConfig}.get(data.get("model_type")) \
-        if isinstance(data, dict) else None
+    cls = FAMILY_CONFIGS.get(data.get("model_type")) if isinstance(data, dict) else None
     if cls is None:
         return BertConfig.from_dict(data, source)
     names = {f.name for f in dataclasses.fields(cls)}

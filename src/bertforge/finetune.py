@@ -12,7 +12,10 @@ import torch
 
 from .checks import check
 from .config import GPTConfig
+from .data.words import FILE as WORDS_FILE
+from .data.words import WordVocab
 from .errors import BertforgeError
+from .formats import native
 from .formats.hf import load_into, load_pretrained, read_config
 from .recipe import finetuning_lr
 from .tasks import task_from_config
@@ -23,11 +26,18 @@ from .training.trainer import TrainOptions, distributed_setup, train
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
 
+# ULMFiT's classifier (Howard & Ruder, 2018, section 3.3, and fastai's text_classifier_learner): a
+# peak of 1e-2 at the head, / 2.6 per layer down (discriminative rates), slanted triangular rates,
+# Adam's beta1 lowered to 0.7; gradual unfreezing (one more layer every half epoch unless
+# --unfreeze-every says otherwise); fastai's classifier dropouts at its drop_mult 0.5.
+ULMFIT = {"lr": 1e-2, "betas": (0.7, 0.99), "schedule": "slanted", "warmup": 0.1, "layer_decay": 1 / 2.6}
+ULMFIT_DROPOUTS = {"output_p": 0.2, "hidden_p": 0.15, "input_p": 0.2, "embed_p": 0.025, "weight_p": 0.25}
+
 
 def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
              classifier_dropout: float | None = None, eval_every: int | None = None,
              options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None,
-             max_train_samples: int | None = None, max_eval_samples: int | None = None) -> dict:
+             max_train_samples: int | None = None, max_eval_samples: int | None = None, crf: bool = False) -> dict:
     """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory) for `task`: a task
     made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
 
@@ -37,29 +47,42 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     GPT-1 is fine-tuned through its input transforms (three tokens added to the vocabulary) with
     the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
     `max_train_samples` / `max_eval_samples` keep only the first examples of each file (as
-    `transformers`' example scripts), for quick runs.
+    `transformers`' example scripts), for quick runs. `crf` (token tagging only) puts a linear-chain
+    CRF over the words' tag scores: trained on whole tag paths, predicting by Viterbi.
     """
     if isinstance(task, str):
         from .tasks import make_task
 
         task = make_task(task)
+    if crf:
+        if task.family != "ner":
+            raise BertforgeError(f"a CRF is for token tagging (task ner or tagging), not the {task.name} task")
+        task.crf = True
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
                         ("eval_every", eval_every), ("lm_weight", lm_weight), ("max_train_samples", max_train_samples),
                         ("max_eval_samples", max_eval_samples)):
         check(name, value)
     base = read_config(model)
     gpt = isinstance(base, GPTConfig)
+    recurrent = base.model_type in native.NATIVE_TYPES
+    if recurrent:
+        if task.family != "classification":
+            raise BertforgeError(f"{model}: an AWD-LSTM fine-tunes for classification and regression (ULMFiT's "
+                                 f"classifier), not {task.name}")
+        base = type(base)(**{**base.to_dict(), **ULMFIT_DROPOUTS})
     if lm_weight and not gpt:
         raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
     lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if gpt else 0.0
-    options = options or TrainOptions(out=out, lr=finetuning_lr(base.hidden_size), warmup=0.1)
+    if options is None:
+        options = TrainOptions(out=out, **ULMFIT) if recurrent else \
+            TrainOptions(out=out, lr=finetuning_lr(base.hidden_size), warmup=0.1)
     options.out = out
     rank, world, _ = distributed_setup()
-    tokenizer = Tokenizer.from_pretrained(model)
+    tokenizer = load_tokenizer(model)
     if gpt:
         tokenizer = tokenizer.with_input_transforms()
-    positions = base.max_length
-    if task.max_seq_length > positions:
+    positions = getattr(base, "max_length", None)  # a recurrent model reads any length
+    if positions and task.max_seq_length > positions:
         if rank == 0:
             print(f"max_seq_length {task.max_seq_length} is more than the model's {positions} positions: "
                   f"using {positions}", file=sys.stderr)
@@ -77,7 +100,12 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     config = task.configure(base, names, classifier_dropout)
     torch.manual_seed(options.seed)
     net = task.build_model(config)
-    load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
+    if recurrent:
+        native.load_encoder(net, model)
+    else:
+        load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
+    if getattr(task, "crf", False):  # ... and a CRF from the training data's tag bigrams (see CRF.init_from_paths)
+        net.crf.init_from_paths(task.word_paths(train_features))
     pad_id = tokenizer.pad_id
     collate = lambda f: task.collate(f, pad_id)  # noqa: E731
     if gpt:
@@ -92,6 +120,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     options.steps = options.steps or max(1, round(epochs * per_epoch))
     options.eval_every = eval_every or per_epoch
     options.save_every = options.save_every or per_epoch
+    if recurrent and options.unfreeze_every is None and options.layer_decay != 1.0:
+        options.unfreeze_every = max(1, per_epoch // 2)
     options.select = options.select or task.metrics[0]
 
     def evaluator(m):
@@ -101,6 +131,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
                   "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
                   "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
                   "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight}
+    if getattr(task, "crf", False):
+        run_config["crf"] = True
     return train(net, data, options, tokenizer, run_config, resume, evaluator)
 
 
@@ -124,8 +156,19 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
     """A fine-tuned model, its task and tokenizer, as saved by `finetune`."""
     config = read_config(directory)
     task = task_from_config(config, os.path.join(directory, "config.json"))
-    model = load_pretrained(directory, cls=type(task.build_model(config)), device=device).eval()
-    return model, task, Tokenizer.from_pretrained(directory)
+    cls = type(task.build_model(config))
+    if config.model_type in native.NATIVE_TYPES:
+        model = native.load_model(cls, directory, device)
+    else:
+        model = load_pretrained(directory, cls=cls, device=device)
+    return model.eval(), task, load_tokenizer(directory)
+
+
+def load_tokenizer(directory: str):
+    """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`)."""
+    if os.path.exists(os.path.join(directory, WORDS_FILE)):
+        return WordVocab.from_pretrained(directory)
+    return Tokenizer.from_pretrained(directory)
 
 
 def label_names_of(model) -> list[str] | None:

@@ -100,3 +100,30 @@ class ClassifierHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.dense(self.dropout(hidden))  # (..., num_labels)
+
+
+def concat_pool(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """ULMFiT's concat pooling of right-padded `states` (B, T, H) with `lengths` (B,) real steps:
+    [the last real state; the max over real steps; their mean] -> (B, 3H)."""
+    real = torch.arange(states.shape[1], device=states.device)[None, :] < lengths[:, None]  # (B, T)
+    last = states[torch.arange(len(states), device=states.device), lengths - 1]  # (B, H)
+    biggest = states.masked_fill(~real[..., None], float("-inf")).amax(1)  # (B, H)
+    mean = (states * real[..., None]).sum(1) / lengths[:, None].to(states.dtype)  # (B, H)
+    return torch.cat([last, biggest, mean], dim=-1)
+
+
+class PoolingClassifierHead(nn.Module):
+    """ULMFiT's classifier over concat pooling: blocks of BatchNorm -> dropout -> linear (ReLU between),
+    widths `sizes` (e.g. [3H, 50, labels]) and one dropout per block (`dropouts`)."""
+
+    def __init__(self, sizes: list[int], dropouts: list[float]):
+        super().__init__()
+        blocks = []
+        for i, (n_in, n_out, p) in enumerate(zip(sizes[:-1], sizes[1:], dropouts)):
+            blocks += [nn.BatchNorm1d(n_in), nn.Dropout(p), nn.Linear(n_in, n_out)]
+            if i < len(sizes) - 2:
+                blocks.append(nn.ReLU())
+        self.blocks = nn.Sequential(*blocks)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:  # (B, 3H) -> (B, labels)
+        return self.blocks(pooled)

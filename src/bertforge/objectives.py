@@ -8,8 +8,8 @@ split, and weighs the terms by the objective's `loss_weights` (1 when absent); o
 looks at the names. Vocabulary-sized losses are computed in fp32 (see `losses`).
 
 Terms: `mlm` (masked LM), `nsp` (next-sentence prediction), `sop` (ALBERT's sentence order),
-`sbo` (SpanBERT's span boundary), `rtd` (ELECTRA's replaced-token detection), `lm` (GPT-1's
-left-to-right language model).
+`sbo` (SpanBERT's span boundary), `rtd` (ELECTRA's replaced-token detection), `lm` (a left-to-right
+language model: GPT-1's, AWD-LSTM's), `ar` and `tar` (AWD-LSTM's activation regularisers).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import BertConfig, GPTConfig, ModernBertConfig
+from .config import AWDLSTMConfig, BertConfig, GPTConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
 from .losses import vocab_cross_entropy
 from .models import encoder
+from .models.awd_lstm import AWDLSTMLanguageModel
 from .models.bert import init_weights
 
 
@@ -112,6 +113,43 @@ class CausalLMPretraining(nn.Module):
         logits = self.lm_logits(out.last_hidden_state, batch["lm_positions"])  # (M, V)
         targets = batch["lm_targets"]
         return {"lm": vocab_cross_entropy(logits, targets)}, {"lm": (logits.argmax(-1) == targets).sum()}
+
+
+class RecurrentLMPretraining(AWDLSTMLanguageModel):
+    """AWD-LSTM's objective over truncated-BPTT chunks (`data.streams`): every next word, plus
+    activation regularisation (AR: `ar` x the mean square of the last layer's dropped output) and
+    temporal activation regularisation (TAR: `tar` x the mean square of the step-to-step change of
+    its raw output), both while training only (Merity et al.'s alpha = 2, beta = 1).
+
+    The hidden state is carried from one chunk to the next of the same stream ("train", "eval"),
+    detached, and reset where a chunk says `reset`. `carried()` and `carry()` hand the training
+    stream's state to a checkpoint and back, so that a resumed run continues exactly. Its weights
+    are the language model's (it is one), so what it saves loads as `AWDLSTMLanguageModel`."""
+
+    def __init__(self, config: AWDLSTMConfig, ar: float = 2.0, tar: float = 1.0):
+        super().__init__(config)
+        self.loss_weights = {"ar": ar, "tar": tar}
+        self.states = {}
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        stream = batch["stream"]
+        state = None if batch["reset"] else self.states.get(stream)
+        logits, dropped, raw, state = super().forward(batch["input_ids"], state)  # logits (B, T, V)
+        self.states[stream] = [(h.detach(), c.detach()) for h, c in state]
+        targets = batch["labels"].reshape(-1)
+        logits = logits.reshape(-1, logits.shape[-1])
+        losses = {"lm": vocab_cross_entropy(logits, targets)}
+        if self.training:
+            width = raw.shape[-1]
+            losses["ar"] = dropped.float().pow(2).sum() / width  # / count of tokens: the mean
+            losses["tar"] = (raw[:, 1:] - raw[:, :-1]).float().pow(2).sum() / width
+        return losses, {"lm": (logits.argmax(-1) == targets).sum()}
+
+    def carried(self) -> list[torch.Tensor]:
+        return [t for pair in self.states.get("train", []) for t in pair]
+
+    def carry(self, tensors: list[torch.Tensor]) -> None:
+        self.states["train"] = list(zip(tensors[0::2], tensors[1::2]))
 
 
 def replaced_tokens(input_ids: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,

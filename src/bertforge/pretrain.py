@@ -20,6 +20,7 @@ from .errors import BertforgeError
 from .formats.hf import head_keys, load_into, parts, read_config, read_weights
 from .models.bert import Dropout
 from .objectives import BertPretraining, CausalLMPretraining, ElectraPretraining
+from .pretrain_recurrent import RECURRENT_OBJECTIVES
 from .recipe import default_preset, pretraining_recipe, vocabulary_size
 from .tokenizer import KINDS, Tokenizer
 from .training.atomic import atomic_directory
@@ -110,8 +111,12 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     betas and masking rate. `batch_size` defaults to the objective's.
     Returns the trainer's summary.
     """
+    if objective in RECURRENT_OBJECTIVES:
+        raise BertforgeError(f"{objective} is a word-level recurrent language model: call "
+                             "bertforge.pretrain_recurrent (the CLI's pretrain --objective takes both)")
     if objective not in OBJECTIVES:
-        raise BertforgeError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        raise BertforgeError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}, "
+                             f"or {', '.join(RECURRENT_OBJECTIVES)} (pretrain_recurrent)")
     for name, value in (("vocab_size", vocab_size), ("max_seq_length", max_seq_length), ("batch_size", batch_size),
                         ("short_seq_prob", short_seq_prob), ("eval_fraction", eval_fraction),
                         ("generator_fraction", generator_fraction), ("dropout", dropout)):

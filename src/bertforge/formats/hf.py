@@ -20,6 +20,7 @@ from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.bert import rotary_tables
 from ..training.atomic import atomic_directory
+from . import native
 
 # (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
@@ -134,6 +135,10 @@ def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
     return [(f"{ours}.weight", f"{theirs}.weight"), (f"{ours}.bias", f"{theirs}.bias")]
 
 
+# Ours alone, in every family: a tagger's CRF (no HF class has one; its token classifier loads without it).
+CRF_KEYS = [(name, f"bertforge_crf.{name}") for name in ("transitions", "start", "end")]
+
+
 def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[str, str]]]:
     """(ours, HF) names of every head a model of this family and HF class may have."""
     if model_type == "openai-gpt":  # the LM head is the token embeddings
@@ -141,14 +146,15 @@ def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[s
             return {"classifier": [("dense.weight", "score.weight")]}  # no bias
         if architecture.endswith("ForMultipleChoice"):
             return {"classifier": _linear("dense", "multiple_choice_head.summary")}
-        return {"classifier": _linear("dense", "bertforge_classifier"), "qa": _linear("dense", "bertforge_qa")}
+        return {"classifier": _linear("dense", "bertforge_classifier"), "qa": _linear("dense", "bertforge_qa"),
+                "crf": CRF_KEYS}
     if model_type == "modernbert":
         # One `head` (dense -> act -> LayerNorm, biases as configured) before the decoder or the
         # classifier; on every token in the token-level classes (our `transform`), and QA's start
         # and end logits come from a two-output `classifier`.
         head = _linear("dense", "head.dense") + _linear("norm", "head.norm")
         return {"mlm": head + [("bias", "decoder.bias")], "transform": head,
-                "classifier": _linear("dense", "classifier"), "qa": _linear("dense", "classifier")}
+                "classifier": _linear("dense", "classifier"), "qa": _linear("dense", "classifier"), "crf": CRF_KEYS}
     dense, norm, bias = _MLM[model_type]
     heads = {
         "mlm": _linear("dense", dense) + _linear("norm", norm) + [("bias", bias)],
@@ -162,6 +168,7 @@ def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[s
         "sbo": [(name, f"bertforge_sbo.{name}") for name in (
             "offset.weight", "dense1.weight", "dense1.bias", "norm1.weight", "norm1.bias",
             "dense2.weight", "dense2.bias", "norm2.weight", "norm2.bias", "bias")],
+        "crf": CRF_KEYS,
     }
     if model_type in _SENTENCE:
         heads["nsp"] = _linear("dense", _SENTENCE[model_type])
@@ -189,7 +196,7 @@ KNOWN_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.", "predictions.", "so
                        "generator_predictions.", "generator_lm_head.", "discriminator_predictions.",
                        "sequence_summary.", "pooler.", "bertforge_mix.", "bertforge_sbo.", "bertforge_pooler.",
                        "bertforge_nsp.", "head.", "decoder.", "multiple_choice_head.", "score.",
-                       "bertforge_classifier.", "bertforge_qa.")
+                       "bertforge_classifier.", "bertforge_qa.", "bertforge_crf.")
 
 # Heads of ours that no HF class has (SpanBERT's boundary head, the scalar mix) live in a file of
 # their own beside model.safetensors.
@@ -491,15 +498,21 @@ def save_pretrained(model: nn.Module, directory: str, tokenizer=None) -> None:
 def write_parts(model: nn.Module, directory: str, tokenizer=None) -> None:
     """Write every part of `model` (see `parts`) into an existing directory."""
     for sub, part in parts(model).items():
-        tensors, config = to_hf(part)
         os.makedirs(_join(directory, sub), exist_ok=True)
+        if native.is_native(part):  # no transformers class: bertforge's own layout
+            native.write(part, _join(directory, sub), tokenizer)
+            continue
+        tensors, config = to_hf(part)
         write_pretrained(_join(directory, sub), tensors, config, tokenizer)
 
 
 def load_parts(model: nn.Module, directory: str) -> None:
     """Read back what `write_parts` wrote (resuming a run)."""
     for sub, part in parts(model).items():
-        load_into(part, _join(directory, sub))
+        if native.is_native(part):
+            native.load(part, _join(directory, sub))
+        else:
+            load_into(part, _join(directory, sub))
 
 
 def _join(directory: str, sub: str) -> str:

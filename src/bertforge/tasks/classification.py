@@ -15,7 +15,7 @@ from torch import nn
 
 from ..config import BertConfig
 from ..errors import BertforgeError
-from ..heads import ClassifierHead
+from ..heads import ClassifierHead, concat_pool
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
 from ..models import encoder
 from ..models.bert import init_weights
@@ -148,8 +148,8 @@ class ClassificationTask:
 
     # ---- model, prediction, scores -----------------------------------------------------------
 
-    def build_model(self, config: BertConfig) -> "SequenceClassifier":
-        return SequenceClassifier(config)
+    def build_model(self, config: BertConfig) -> "SequenceClassifier | RecurrentClassifier":
+        return RecurrentClassifier(config) if config.model_type == "awd-lstm" else SequenceClassifier(config)
 
     def configure(self, config: BertConfig, names: list[str] | None, classifier_dropout: float | None) -> BertConfig:
         """The config of the fine-tuned model: HF's label keys plus how to read inputs."""
@@ -250,6 +250,47 @@ class SequenceClassifier(nn.Module):
             return {"mse": F.mse_loss(logits, labels, reduction="sum"), **auxiliary_lm(self, hidden, batch)}, {}
         return ({"cls": F.cross_entropy(logits, labels, reduction="sum"), **auxiliary_lm(self, hidden, batch)},
                 {"cls": (logits.argmax(-1) == labels).sum()})
+
+
+class RecurrentClassifier(nn.Module):
+    """ULMFiT's classifier (Howard & Ruder, 2018, section 3.3): the AWD-LSTM encoder reads the whole
+    document in chunks of `CHUNK` words, its state carried from chunk to chunk (gradients flow
+    through all of them), and concat pooling of the last layer's states ([last; max; mean] over the
+    real words) feeds two blocks of batch norm, dropout and linear layers (50 units between). Inputs
+    are right-padded, which a left-to-right LSTM never sees before a real word; a backward model
+    reads each document's real words reversed. Saved in bertforge's own format (no HF class)."""
+
+    architecture = "AWDLSTMForSequenceClassification"
+    CHUNK = 70
+
+    def __init__(self, config):
+        super().__init__()
+        from ..heads import PoolingClassifierHead
+        from ..models.awd_lstm import AWDLSTM
+
+        self.bert = AWDLSTM(config)
+        self.regression = config.problem_type == "regression"
+        first = config.output_p if config.classifier_dropout is None else config.classifier_dropout
+        self.classifier = PoolingClassifierHead([3 * config.emb_sz, 50, 1 if self.regression else config.num_labels],
+                                                [first, 0.1])
+
+    def logits(self, batch: dict) -> torch.Tensor:
+        ids, lengths = batch["input_ids"], batch["attention_mask"].sum(1)
+        if self.bert.config.backwards:  # row b: its real words reversed, then its padding
+            steps = torch.arange(ids.shape[1], device=ids.device)[None, :]
+            ids = ids.gather(1, torch.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps))
+        outputs, state = [], None
+        for start in range(0, ids.shape[1], self.CHUNK):
+            layers, state = self.bert(ids[:, start:start + self.CHUNK], state)
+            outputs.append(layers[-1])  # (B, chunk, H)
+        logits = self.classifier(concat_pool(torch.cat(outputs, 1), lengths))
+        return logits.squeeze(-1) if self.regression else logits
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        logits, labels = self.logits(batch).float(), batch["labels"]
+        if self.regression:
+            return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
+        return {"cls": F.cross_entropy(logits, labels, reduction="sum")}, {"cls": (logits.argmax(-1) == labels).sum()}
 
 
 # The GLUE tasks as the GLUE distribution lays them out (Wang et al., 2019), with their metrics;

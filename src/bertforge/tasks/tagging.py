@@ -2,7 +2,9 @@
 
 Reads CoNLL column files (a chosen tag column; `-DOCSTART-` lines and blank lines separate
 documents and sentences), in IOB1, IOB2 or BIOES, optionally converted to another scheme. Scored
-at the entity level exactly as `conlleval` / `seqeval`. Saved as HF `BertForTokenClassification`.
+at the entity level exactly as `conlleval` / `seqeval`. Saved as HF `BertForTokenClassification`;
+with `crf`, a linear-chain CRF over the words' tag scores is trained and decoded with them (its
+weights beside the model, in bertforge's heads file).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..heads import ClassifierHead
 from ..metrics import entities, entity_scores
 from ..models import encoder
 from ..models.bert import init_weights
+from ..models.crf import CRF
 from ..models.modernbert import Head
 from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, pad, read_text, token_types
 
@@ -56,6 +59,7 @@ class TaggingTask:
     metrics: tuple = ("f1", "precision", "recall", "accuracy")
     family: str = "ner"
     regression: bool = False
+    crf: bool = False  # a CRF over the words' tag scores, trained on whole paths and decoded by Viterbi
 
     def read(self, path: str, with_labels: bool | str = True) -> list[dict]:
         """Sentences {words, tags, where, lines}. Every line of a file must have the same number of
@@ -163,19 +167,41 @@ class TaggingTask:
         if "labels" in features[0]:
             batch["labels"] = pad([f["labels"] for f in features], IGNORE)
             batch["counts"] = {self.term: int((batch["labels"] != IGNORE).sum())}
+        if self.crf:
+            # The CRF runs over words, not pieces: a transition between a word's continuation
+            # pieces means nothing. Each sentence's first pieces, in word order, left-aligned.
+            rows = [[f["first_piece"][w] for w in sorted(f["first_piece"])] for f in features]
+            batch["word_positions"] = pad(rows, 0)  # (B, W): padding points at [CLS], masked out
+            batch["word_mask"] = pad([[1] * len(r) for r in rows], 0).bool()  # (B, W)
+            if "labels" in features[0]:
+                batch["counts"] = {"crf": len(features)}  # the CRF's loss is a sum over sentences
         return batch
 
+    @staticmethod
+    def word_paths(features: list[dict]) -> list[list[int]]:
+        """The gold tag ids of each sentence's words that have a piece, in order (the CRF's paths)."""
+        return [[f["labels"][f["first_piece"][w]] for w in sorted(f["first_piece"])] for f in features]
+
     def build_model(self, config: BertConfig) -> "TokenClassifier":
-        return TokenClassifier(config)
+        return CRFTokenClassifier(config) if self.crf else TokenClassifier(config)
 
     def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-        return finetuned_config(config, self, drop=("problem_type",), id2label=dict(enumerate(names)), **extra)
+        config = finetuned_config(config, self, drop=("problem_type",), id2label=dict(enumerate(names)), **extra)
+        if not self.crf:  # the saved task of a model without a CRF stays as it was before the option
+            config.bertforge_task.pop("crf")
+        return config
 
     def predict(self, model, features: list[dict], batch_size: int = 64) -> list[list[int]]:
         """The predicted label id of every word of every sentence (-1 for words cut off, read as "O")."""
         out = [None] * len(features)
         for rows, batch in inference_batches(model, self, features, batch_size):
+            if self.crf:  # the best path over the words that have a piece
+                for i, path in zip(rows, model.decode(batch)):
+                    f = features[i]
+                    tag = dict(zip(sorted(f["first_piece"]), path))
+                    out[i] = [tag.get(w, -1) for w in range(f["words"])]
+                continue
             best = model.logits(batch).argmax(-1).cpu()  # (B, T)
             for i, row in zip(rows, best):
                 f = features[i]
@@ -249,3 +275,33 @@ class TokenClassifier(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE, reduction="sum")
         correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
         return {"tag": loss, **auxiliary_lm(self, hidden, batch)}, {"tag": correct}
+
+
+class CRFTokenClassifier(TokenClassifier):
+    """`TokenClassifier` whose tag scores at each word's first piece are the emissions of a
+    linear-chain CRF: trained on the likelihood of the whole gold path of each sentence, decoded
+    by Viterbi. Saved as `BertForTokenClassification` (which `transformers` loads, without the CRF)
+    with the CRF's weights in bertforge's heads file."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.crf = CRF(config.num_labels)
+
+    def emissions(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tag scores of each sentence's words, left-aligned (B, W, labels), in float32 for
+        the CRF's sums over many paths; and the encoder's last hidden states."""
+        logits, hidden = self._logits(batch)
+        positions = batch["word_positions"].unsqueeze(-1).expand(-1, -1, logits.shape[-1])  # (B, W, labels)
+        return logits.float().gather(1, positions), hidden  # (B, W, labels)
+
+    def decode(self, batch: dict) -> list[list[int]]:
+        """The best tag path over each sentence's words."""
+        emissions, _ = self.emissions(batch)
+        return self.crf.decode(emissions, batch["word_mask"])
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        emissions, hidden = self.emissions(batch)
+        mask = batch["word_mask"]  # (B, W)
+        tags = batch["labels"].gather(1, batch["word_positions"])  # (B, W); padding's IGNORE is masked out
+        nll = self.crf.nll(emissions, tags, mask).sum()
+        return {"crf": nll, **auxiliary_lm(self, hidden, batch)}, {}

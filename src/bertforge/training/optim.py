@@ -13,11 +13,12 @@ SCHEDULES = ("linear", "cosine", "one-cycle", "constant", "slanted")
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """AdamW groups as BERT: weight decay on weight matrices and embeddings, none on biases and
     LayerNorm parameters (decaying a scale or shift towards zero only hurts)."""
-    decay, no_decay = [], []
+    decay, no_decay, seen = [], [], set()
     for module in model.modules():
         for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad:
+            if not param.requires_grad or id(param) in seen:  # a tied weight is listed once
                 continue
+            seen.add(id(param))
             if isinstance(module, nn.LayerNorm) or name == "bias" or param.ndim < 2:
                 no_decay.append(param)
             else:

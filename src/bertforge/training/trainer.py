@@ -483,6 +483,8 @@ def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed,
                 "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                 "window": window, "best": best, "scaler": scaler.state_dict(),
+                # what a recurrent objective carries from one batch to the next (its hidden state)
+                "carried": model.carried() if hasattr(model, "carried") else None,
             }
             torch.save(state, os.path.join(tmp, STATE_FILE))
         for old in _list_checkpoints(directory)[:-keep]:
@@ -515,6 +517,8 @@ def _restore(model, optimizer, directory: str, device, scaler):
     torch.set_rng_state(state["torch_rng"].cpu())
     if state.get("cuda_rng") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+    if state.get("carried") and hasattr(model, "carry"):
+        model.carry(state["carried"])
     window = state.get("window") or (None, 0)
     return (state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"], window,
             state.get("best"))

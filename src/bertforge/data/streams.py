@@ -1,0 +1,125 @@
+"""Language-model batches for truncated back-propagation through time (AWD-LSTM, ULMFiT, ELMo).
+
+Each epoch the training documents (in a seeded order, as fastai shuffles them) are concatenated
+into one stream of word ids, and the stream is cut into `batch_size` contiguous rows. A batch is the
+next chunk of every row: row b of batch k+1 continues row b of batch k, so the model carries its
+hidden state from one batch to the next (detached: gradients stop at the chunk boundary) and only
+resets it where a batch says `reset` (the first chunk of an epoch). Chunk lengths vary as in
+AWD-LSTM: `bptt` with probability 0.95, else bptt / 2, then drawn from a normal of sd 5 (at least
+5), so that every word is, over the epochs, at every distance from a chunk boundary. Each length is
+a pure function of (seed, epoch, offset), so a resumed run cuts the same chunks.
+
+Held-out documents form their own stream, read in order with chunks of exactly `bptt`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from ..errors import BertforgeError
+from ..progress import progress
+from .batches import Position, split_documents
+from .corpus import FileReport, read_units
+from .words import WordVocab
+
+
+def read_documents(files: list[str], vocab: WordVocab, layout: str = "auto", text_field: str = "text",
+                   show_progress: bool = False) -> list[np.ndarray]:
+    """Every document of the corpus as word ids, starting with `xxbos`."""
+    documents, current = [], []
+    bar = progress(total=len(files), disable=not show_progress, desc="reading words", unit="files")
+    for path in files:
+        for new_document, text, _ in read_units(path, FileReport(path), layout, text_field):
+            if new_document and current:
+                documents.append(np.array(current, dtype=np.int32))
+                current = []
+            if not current:
+                current.append(vocab.bos_id)
+            current += vocab.encode(text)
+        if current:  # a file never continues the previous file's document
+            documents.append(np.array(current, dtype=np.int32))
+            current = []
+        bar.update(1)
+    bar.close()
+    return documents
+
+
+def chunk_length(bptt: int, seed: int, epoch: int, offset: int) -> int:
+    """AWD-LSTM's variable BPTT length for the chunk starting at `offset` of `epoch`."""
+    rng = np.random.default_rng([seed, epoch, offset, 11])
+    base = bptt if rng.random() < 0.95 else bptt / 2
+    return max(5, int(rng.normal(base, 5)))
+
+
+class LMStreams:
+    """The training and held-out streams of a corpus's documents (see the module's docstring).
+
+    `backwards` reverses every document (ULMFiT's backward model reads right to left). With several
+    processes each takes its own `batch_size` rows of the stream."""
+
+    def __init__(self, documents: list[np.ndarray], batch_size: int, bptt: int, seed: int = 0,
+                 eval_fraction: float = 0.02, rank: int = 0, world: int = 1, accum: int = 1,
+                 backwards: bool = False, variable: bool = True, source: str = "the corpus"):
+        if backwards:
+            documents = [d[::-1].copy() for d in documents]
+        train, held = split_documents(len(documents), eval_fraction, seed)
+        self.train_documents = [documents[i] for i in train]
+        self.eval_documents = [documents[i] for i in held]
+        self.batch_size, self.bptt, self.seed, self.accum = batch_size, bptt, seed, accum
+        self.rank, self.world, self.variable = rank, world, variable
+        rows = batch_size * world
+        per_row = sum(len(d) for d in self.train_documents) // rows
+        if per_row < bptt + 1:
+            raise BertforgeError(f"{source}: {per_row * rows:,} words to train on make rows of {per_row} words for "
+                                 f"{rows} streams, too short for a BPTT length of {bptt}; lower --bptt or "
+                                 "--batch-size, or give more text")
+
+    def _rows(self, documents: list[np.ndarray]) -> np.ndarray:
+        """This process's rows (batch_size, n) of the documents concatenated in the given order."""
+        stream = np.concatenate(documents) if documents else np.zeros(0, dtype=np.int32)
+        rows = self.batch_size * self.world
+        n = len(stream) // rows
+        grid = stream[:n * rows].reshape(rows, n)
+        return grid[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+
+    def _epoch_rows(self, epoch: int) -> np.ndarray:
+        order = np.random.default_rng([self.seed, epoch, 5]).permutation(len(self.train_documents))
+        return self._rows([self.train_documents[i] for i in order])
+
+    def batches(self, position: Position) -> Iterator[tuple[Position, list[dict]]]:
+        """From `position` (epoch, offset in each row) on: (the position after, `accum` chunks) per step."""
+        epoch, offset = position.epoch, position.index
+        rows = self._epoch_rows(epoch)
+        while True:
+            micro = []
+            for _ in range(self.accum):
+                if offset + 2 > rows.shape[1]:  # no next word left to predict in this epoch
+                    epoch, offset = epoch + 1, 0
+                    rows = self._epoch_rows(epoch)
+                length = chunk_length(self.bptt, self.seed, epoch, offset) if self.variable else self.bptt
+                length = min(length, rows.shape[1] - 1 - offset)
+                micro.append(chunk(rows, offset, length, reset=offset == 0, stream="train"))
+                offset += length
+            yield Position(epoch, offset), micro
+
+    def eval_batches(self, max_batches: int) -> Iterator[dict]:
+        """The held-out stream from its start, in chunks of `bptt` (at most `max_batches`)."""
+        rows = self._rows(self.eval_documents)
+        offset = 0
+        for _ in range(max_batches):
+            length = min(self.bptt, rows.shape[1] - 1 - offset)
+            if length < 1:
+                return
+            yield chunk(rows, offset, length, reset=offset == 0, stream="eval")
+            offset += length
+
+
+def chunk(rows: np.ndarray, offset: int, length: int, reset: bool, stream: str) -> dict:
+    """The batch of words [offset, offset + length) of every row, each predicting the word after it."""
+    piece = torch.from_numpy(rows[:, offset:offset + length + 1].astype(np.int64))  # (B, L + 1)
+    size = piece.shape[0] * length
+    return {"input_ids": piece[:, :-1], "labels": piece[:, 1:], "reset": reset, "stream": stream,
+            "counts": {"lm": size, "ar": size, "tar": piece.shape[0] * (length - 1)}, "tokens": size}

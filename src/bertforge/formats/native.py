@@ -1,0 +1,90 @@
+"""bertforge's own checkpoint format, for families `transformers` has no class for (AWD-LSTM).
+
+The same shape as an HF directory: `config.json` (with its `model_type`), `model.safetensors`
+holding the module's own parameter names, and the vocabulary. A weight tied to another (AWD-LSTM's
+decoder, which is its embedding matrix) is stored once and tied again on loading. Reading goes
+through safetensors only: nothing in a checkpoint can execute code.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from ..config import load_config
+from ..errors import BertforgeError
+
+NATIVE_TYPES = ("awd-lstm",)
+WEIGHTS = "model.safetensors"
+
+
+def is_native(model: nn.Module) -> bool:
+    config = getattr(getattr(model, "bert", model), "config", None)
+    return getattr(config, "model_type", None) in NATIVE_TYPES
+
+
+def _tied(model: nn.Module) -> set[str]:
+    """Names of parameters that are another parameter under a second name (stored once)."""
+    seen, tied = set(), set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            tied.add(name)
+        seen.add(id(tensor))
+    return tied
+
+
+def write(model: nn.Module, directory: str, tokenizer=None) -> None:
+    """Write `model` (an objective or model whose encoder's config is native) into an existing directory."""
+    from safetensors.torch import save_file
+
+    config = model.bert.config
+    saved = type(config)(**{**config.to_dict(), "architectures": [model.architecture]})
+    saved.save(os.path.join(directory, "config.json"))
+    tied = _tied(model)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k not in tied}
+    save_file(tensors, os.path.join(directory, WEIGHTS), metadata={"format": "pt"})
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+
+
+def load(model: nn.Module, directory: str) -> None:
+    """Copy the weights written by `write` into `model`, naming every missing, unexpected or
+    mis-shaped tensor."""
+    from .hf import _read_safetensors, load_state
+
+    path = os.path.join(directory, WEIGHTS)
+    if not os.path.exists(path):
+        raise BertforgeError(f"{path}: no such file")
+    tensors = _read_safetensors(path)
+    tied = _tied(model)
+    unexpected = [k for k in tensors if k not in model.state_dict()]
+    load_state(model, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
+
+
+def load_encoder(model: nn.Module, directory: str) -> None:
+    """Only the encoder's weights (`bert.`) of the model in `directory` into `model.bert`: a new
+    task starts from a language model with a fresh head."""
+    from .hf import _read_safetensors, load_state
+
+    path = os.path.join(directory, WEIGHTS)
+    if not os.path.exists(path):
+        raise BertforgeError(f"{path}: no such file")
+    tensors = {k[len("bert."):]: v for k, v in _read_safetensors(path).items() if k.startswith("bert.")}
+    unexpected = [k for k in tensors if k not in model.bert.state_dict()]
+    load_state(model.bert, tensors, path, unexpected)
+
+
+def read_config(directory: str):
+    config = load_config(directory)
+    if config.model_type not in NATIVE_TYPES:
+        raise BertforgeError(f"{directory}: a {config.model_type} checkpoint, not one of {', '.join(NATIVE_TYPES)}")
+    return config
+
+
+def load_model(cls, directory: str, device: str | torch.device = "cpu", **options) -> nn.Module:
+    """A `cls(config, **options)` built from the directory's config and loaded with its weights."""
+    model = cls(read_config(directory), **options)
+    load(model, directory)
+    return model.to(device)

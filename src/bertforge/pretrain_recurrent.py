@@ -1,0 +1,173 @@
+"""Pretraining BERT's recurrent ancestors: AWD-LSTM language models (ULMFiT's stages 1 and 2).
+
+corpus -> word vocabulary -> documents of word ids -> BPTT streams -> AWD-LSTM + AR/TAR -> the loop.
+
+Stage 1 is general-domain pretraining. Stage 2 (`init`: a stage-1 model) fine-tunes that language
+model on the target task's own text: the vocabulary is learned on the new text and matched to the
+old one (a word both know keeps its embedding and decoder bias; a new word starts at their means,
+as ULMFiT does), and training uses discriminative rates (each layer down learns 2.6x slower) with
+slanted triangular rates. The same trainer, checkpoints and exact resume as every other family; the
+hidden state carried between batches is part of a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .checks import check
+from .config import AWD_LSTM_PRESETS, AWDLSTMConfig, awd_lstm_preset
+from .data.corpus import FileReport, find_files, read_units
+from .data.streams import LMStreams, read_documents
+from .data.words import WordVocab
+from .errors import BertforgeError
+from .formats import native
+from .objectives import RecurrentLMPretraining
+from .training.trainer import TrainOptions, distributed_setup, latest_checkpoint, train
+
+RECURRENT_OBJECTIVES = ("awd-lstm",)
+DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
+
+
+@dataclass(frozen=True)
+class Optimisation:
+    lr: float
+    betas: tuple[float, float]
+    schedule: str
+    warmup: float
+    clip: float
+    layer_decay: float = 1.0
+
+
+# Stage 1: Adam with ULMFiT's low beta1 and a one-cycle schedule (fastai's fit_one_cycle: a quarter
+# rising, then a cosine down), clipping at AWD-LSTM's 0.25. Stage 2: ULMFiT's target-task LM
+# fine-tuning (section 3.2 and its released scripts): peak 4e-3 at the top layer, / 2.6 per layer
+# down, slanted triangular rates with a 10% rise, betas (0.7, 0.99).
+PRETRAINING = Optimisation(lr=3e-3, betas=(0.8, 0.99), schedule="one-cycle", warmup=0.25, clip=0.25)
+LM_FINETUNING = Optimisation(lr=4e-3, betas=(0.7, 0.99), schedule="slanted", warmup=0.1, clip=0.25,
+                             layer_decay=1 / 2.6)
+
+
+def default_options(out: str, init: str | None, **given) -> TrainOptions:
+    """The stage's optimisation defaults, with any option given (None: not given) on top."""
+    chosen = LM_FINETUNING if init else PRETRAINING
+    values = {"lr": chosen.lr, "betas": chosen.betas, "schedule": chosen.schedule, "warmup": chosen.warmup,
+              "clip": chosen.clip, "layer_decay": chosen.layer_decay}
+    values.update({k: v for k, v in given.items() if v is not None})
+    return TrainOptions(out=out, **values)
+
+
+def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: str | None = None,
+                       init: str | None = None, vocab_size: int = 60000, min_freq: int = 2, rules: bool = True,
+                       bptt: int = 70, batch_size: int = 64, layout: str = "auto", text_field: str = "text",
+                       eval_fraction: float = 0.02, resume: bool = False, options: TrainOptions | None = None,
+                       backwards: bool = False, dropout_scale: float = 1.0, ar: float = 2.0, tar: float = 1.0) -> dict:
+    """Pretrain (or, with `init`, fine-tune) an AWD-LSTM language model on `corpus`, under `out`.
+
+    `preset`: a size of `config.AWD_LSTM_PRESETS` (default awd-lstm-small; ULMFiT's is
+    awd-lstm-ulmfit). The vocabulary keeps the `vocab_size` most frequent words seen `min_freq`
+    times, with ULMFiT's text `rules` (xxmaj, xxup, xxrep, ...). `bptt` is the mean chunk length,
+    `batch_size` the number of parallel streams. `backwards` trains on reversed text (ULMFiT's
+    backward model); `dropout_scale` multiplies the five dropouts (fastai's drop_mult); `ar`, `tar`
+    weigh the activation regularisers. Without `options`, stage 1's or stage 2's optimisation
+    (`default_options`). Returns the trainer's summary.
+    """
+    if objective not in RECURRENT_OBJECTIVES:
+        raise BertforgeError(f"unknown recurrent objective {objective!r}; "
+                             f"choose one of {', '.join(RECURRENT_OBJECTIVES)}")
+    for name, value in (("vocab_size", vocab_size), ("batch_size", batch_size), ("eval_fraction", eval_fraction)):
+        check(name, value)
+    for name, value in (("min_freq", min_freq), ("bptt", bptt)):
+        if not isinstance(value, int) or value < 1:
+            raise BertforgeError(f"{name} must be a positive integer, got {value!r}")
+    if not 0 <= dropout_scale < 10 or ar < 0 or tar < 0:
+        raise BertforgeError("dropout_scale must be in [0, 10), ar and tar at least 0")
+    if init and preset:
+        raise BertforgeError("--init continues a model of its own size: drop --preset")
+    preset = None if init else preset or "awd-lstm-small"
+    if preset and preset not in AWD_LSTM_PRESETS:
+        raise BertforgeError(f"unknown preset {preset!r} for AWD-LSTM; choose one of {', '.join(AWD_LSTM_PRESETS)}")
+    options = options or default_options(out, init)
+    options.out = out
+    rank, world, _ = distributed_setup()
+    files = find_files(corpus)
+    run_config = {"objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset,
+                  "init": os.path.abspath(init) if init else None, "vocab_size": vocab_size, "min_freq": min_freq,
+                  "rules": rules, "bptt": bptt, "batch_size": batch_size, "layout": layout, "text_field": text_field,
+                  "eval_fraction": eval_fraction, "seed": options.seed, "backwards": backwards,
+                  "dropout_scale": dropout_scale, "ar": ar, "tar": tar}
+    start = native.read_config(init) if init else None
+    if start is not None and backwards != start.backwards:
+        raise BertforgeError(f"{init}: a {'backward' if start.backwards else 'forward'} model; "
+                             f"{'add' if start.backwards else 'drop'} --backwards")
+    if resume:
+        vocab = _resume_vocabulary(out, run_config)
+    else:
+        if latest_checkpoint(out):
+            raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
+        settings = WordVocab.from_pretrained(init) if init else None
+        texts = (text for path in files for _, text, _ in read_units(path, FileReport(path), layout, text_field))
+        vocab = WordVocab.train(texts, vocab_size, min_freq, lowercase=True,
+                                rules=settings.rules if settings else rules)
+    documents = read_documents(files, vocab, layout, text_field, show_progress=options.progress and rank == 0)
+    data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
+                     backwards=backwards, source=", ".join(files[:3]) + (" ..." if len(files) > 3 else ""))
+    if start is not None:
+        config = AWDLSTMConfig(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
+                                  "architectures": ["AWDLSTMLanguageModel"]})
+    else:
+        config = awd_lstm_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, backwards=backwards,
+                                 **{k: AWDLSTMConfig.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS})
+    torch.manual_seed(options.seed)
+    model = RecurrentLMPretraining(config, ar, tar)
+    if start is not None and not resume:
+        match_vocabulary(model, init, vocab)
+    facts = {"model": config.to_dict(), "train_documents": len(data.train_documents),
+             "eval_documents": len(data.eval_documents), "words": vocab.vocab_size,
+             "train_words": int(sum(len(d) for d in data.train_documents))}
+    return train(model, data, options, vocab, {**run_config, **facts}, resume)
+
+
+def match_vocabulary(model: RecurrentLMPretraining, init: str, vocab: WordVocab) -> int:
+    """Load the language model in `init` into `model`, whose vocabulary `vocab` was learned on new
+    text: every other weight as it is, each embedding row (and decoder bias) by word, and the words
+    `init` never saw at the mean of its rows. Returns how many words were new."""
+    old_vocab = WordVocab.from_pretrained(init)
+    old = RecurrentLMPretraining(native.read_config(init))
+    native.load(old, init)
+    state = {k: v for k, v in old.state_dict().items() if k not in ("bert.embeddings.weight", "decoder.weight",
+                                                                    "decoder.bias")}
+    old_rows = old.bert.embeddings.weight.detach()
+    rows = old_rows.mean(0).repeat(vocab.vocab_size, 1)  # (V_new, E)
+    bias = old.decoder.bias.detach().mean().repeat(vocab.vocab_size) if old.decoder.bias is not None else None
+    known = [(i, old_vocab.index[w]) for i, w in enumerate(vocab.words) if w in old_vocab.index]
+    new_ids, old_ids = (torch.tensor(ids) for ids in zip(*known))
+    rows[new_ids] = old_rows[old_ids]
+    state["bert.embeddings.weight"] = rows
+    if bias is not None:
+        bias[new_ids] = old.decoder.bias.detach()[old_ids]
+        state["decoder.bias"] = bias
+    missing = model.load_state_dict(state, strict=False).missing_keys
+    if [k for k in missing if k != "decoder.weight"]:  # the decoder's weight is the (tied) embedding
+        raise BertforgeError(f"{init}: no weights for {', '.join(missing)}")
+    return vocab.vocab_size - len(known)
+
+
+def _resume_vocabulary(out: str, run_config: dict) -> WordVocab:
+    """The vocabulary saved with the latest checkpoint, after checking that the data settings are the run's."""
+    latest = latest_checkpoint(out)
+    if latest is None:
+        raise BertforgeError(f"{out}: no checkpoint to resume from")
+    path = os.path.join(out, "run_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise BertforgeError(f"{path}: cannot be read ({e})") from None
+    changed = [f"{k} ({saved.get(k)!r} then, {v!r} now)" for k, v in run_config.items() if saved.get(k) != v]
+    if changed:
+        raise BertforgeError(f"{out}: resuming needs the same settings; changed: {'; '.join(changed)}")
+    return WordVocab.from_pretrained(latest)
