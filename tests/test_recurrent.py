@@ -144,14 +144,14 @@ def test_state_is_carried_across_chunks_and_detached():
     torch.manual_seed(0)
     model = RecurrentLMPretraining(awd_lstm_preset("awd-lstm-tiny", vocab_size=40)).eval()
     ids = torch.randint(5, 40, (2, 13))
-    logits_whole = super(RecurrentLMPretraining, model).forward(ids)[0]
+    logits_whole = model.decoder(super(RecurrentLMPretraining, model).forward(ids)[0])
     model({"input_ids": ids[:, :6], "labels": ids[:, 1:7], "reset": True, "stream": "train"})
     state = model.states["train"]
     assert all(h.grad_fn is None and c.grad_fn is None for h, c in state)
-    logits_rest = super(RecurrentLMPretraining, model).forward(ids[:, 6:], state)[0]
+    logits_rest = model.decoder(super(RecurrentLMPretraining, model).forward(ids[:, 6:], state)[0])
     assert (logits_rest - logits_whole[:, 6:]).abs().max() < 1e-5
     # a reset chunk starts from zeros: the same as a fresh model
-    fresh = super(RecurrentLMPretraining, model).forward(ids[:, 6:])[0]
+    fresh = model.decoder(super(RecurrentLMPretraining, model).forward(ids[:, 6:])[0])
     assert (fresh - logits_rest).abs().max() > 1e-3
 
 
@@ -163,7 +163,7 @@ def test_ar_and_tar_are_their_definitions():
     torch.manual_seed(1)
     losses, _ = model(batch)
     torch.manual_seed(1)
-    _, dropped, raw, _ = super(RecurrentLMPretraining, model).forward(ids)
+    dropped, raw, _ = super(RecurrentLMPretraining, model).forward(ids)
     assert torch.allclose(losses["ar"] / (3 * 8), dropped.pow(2).mean(), rtol=1e-5)
     assert torch.allclose(losses["tar"] / (3 * 7), (raw[:, 1:] - raw[:, :-1]).pow(2).mean(), rtol=1e-5)
     assert model.loss_weights == {"ar": 2.0, "tar": 1.0}

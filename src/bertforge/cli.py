@@ -11,13 +11,13 @@ import os
 import sys
 
 from .checks import check_options
-from .config import AWD_LSTM_PRESETS, PRESETS
+from .config import AWD_LSTM_PRESETS, ELMO_PRESETS, PRESETS
 from .errors import BertforgeError
 
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
-OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt", "awd-lstm"]
-RECURRENT_NAMES = ["awd-lstm"]  # pretrain_recurrent.RECURRENT_OBJECTIVES
+OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt", "awd-lstm", "elmo"]
+RECURRENT_NAMES = ["awd-lstm", "elmo"]  # pretrain_recurrent.RECURRENT_OBJECTIVES
 VOCAB_KINDS = ["wordpiece", "byte-bpe", "bpe"]  # tokenizer.KINDS
 
 
@@ -35,12 +35,17 @@ def cmd_tokenizer_train(args) -> None:
 
 
 def cmd_info(args) -> None:
-    from .formats.hf import load_pretrained
+    from .formats import native
+    from .formats.hf import load_pretrained, read_config
 
-    model = load_pretrained(args.model)
-    params = sum(p.numel() for p in model.parameters())
-    print(f"{args.model}: {model.config.architectures[0]}, {params / 1e6:.1f}M parameters")
-    for key, value in model.config.to_dict().items():
+    config = read_config(args.model)
+    if config.model_type in native.NATIVE_TYPES:  # no model to build: the stored tensors say the size
+        params = native.parameter_count(args.model)
+    else:
+        model = load_pretrained(args.model)
+        config, params = model.config, sum(p.numel() for p in model.parameters())
+    print(f"{args.model}: {config.architectures[0]}, {params / 1e6:.1f}M parameters")
+    for key, value in config.to_dict().items():
         print(f"  {key}: {value}")
 
 
@@ -54,7 +59,8 @@ def cmd_pretrain(args) -> None:
     if args.objective in RECURRENT_NAMES:
         return cmd_pretrain_recurrent(args)
     if args.preset and args.preset not in PRESETS:
-        raise BertforgeError(f"--preset {args.preset} is an AWD-LSTM size; choose one of {', '.join(sorted(PRESETS))}")
+        raise BertforgeError(f"--preset {args.preset} is a recurrent model's size; choose one of "
+                             f"{', '.join(sorted(PRESETS))}")
     clip = 1.0 if args.clip is None else args.clip
     # The recipe's defaults, then every flag given on top of them.
     if args.init and args.preset:
@@ -120,11 +126,12 @@ def cmd_pretrain_recurrent(args) -> None:
     if bert_only:
         raise BertforgeError(f"{', '.join(bert_only)}: not for --objective {args.objective} (a word-level LSTM "
                              "language model; see the recurrent options)")
-    if args.preset and args.preset not in AWD_LSTM_PRESETS:
-        raise BertforgeError(f"--preset {args.preset} is not an AWD-LSTM size; choose one of "
-                             f"{', '.join(AWD_LSTM_PRESETS)}")
+    sizes = ELMO_PRESETS if args.objective == "elmo" else AWD_LSTM_PRESETS
+    if args.preset and args.preset not in sizes:
+        raise BertforgeError(f"--preset {args.preset} is not a size for --objective {args.objective}; choose one of "
+                             f"{', '.join(sizes)}")
     options = default_options(
-        args.out, args.init, lr=args.lr, warmup=args.warmup, schedule=args.schedule, clip=args.clip,
+        args.out, args.init, args.objective, lr=args.lr, warmup=args.warmup, schedule=args.schedule, clip=args.clip,
         betas=None if args.beta2 is None else (0.8, args.beta2), steps=args.steps, max_minutes=args.max_minutes,
         weight_decay=args.weight_decay, accum=args.accum, precision=args.precision, log_every=args.log_every,
         eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
@@ -132,9 +139,9 @@ def cmd_pretrain_recurrent(args) -> None:
     result = pretrain_recurrent(
         args.corpus, args.out, args.objective, preset=args.preset, init=args.init,
         vocab_size=args.vocab_size or 60000, min_freq=args.min_freq, rules=not args.no_rules, bptt=args.bptt,
-        batch_size=args.batch_size or 64, layout=args.layout, text_field=args.text_field,
+        batch_size=args.batch_size, layout=args.layout, text_field=args.text_field,
         eval_fraction=args.eval_fraction, resume=args.resume, options=options, backwards=args.backwards,
-        dropout_scale=args.dropout_scale)
+        dropout_scale=args.dropout_scale, sampled_softmax=args.sampled_softmax)
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
     if result["status"] == "interrupted":
@@ -209,27 +216,19 @@ def cmd_finetune(args) -> None:
                      n_best=args.n_best, null_threshold=args.null_threshold,
                      choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
                      prefix_column=args.prefix_column, features=args.features)
-    from .finetune import ULMFIT
+    from .finetune import default_finetuning
     from .formats.hf import read_config
 
     base = read_config(args.model)
-    if base.model_type == "awd-lstm":  # ULMFiT's classifier recipe under every flag not given
-        given = {"lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "layer_decay": args.layer_lr_decay}
-        recipe = {**ULMFIT, **{k: v for k, v in given.items() if v is not None}}
-        if not args.quiet:
-            print(f"ULMFiT's classifier recipe: peak lr {recipe['lr']:g} at the head, x {recipe['layer_decay']:.3g} "
-                  f"per layer down, {recipe['schedule']} schedule, gradual unfreezing (each has a flag)", flush=True)
-    else:
-        recipe = {"lr": args.lr, "warmup": 0.1 if args.warmup is None else args.warmup,
-                  "schedule": args.schedule or "linear",
-                  "layer_decay": 1.0 if args.layer_lr_decay is None else args.layer_lr_decay}
-        if args.lr is None:
-            from .recipe import finetuning_lr
-
-            recipe["lr"] = finetuning_lr(base.hidden_size)
-            if not args.quiet:
-                print(f"peak learning rate {recipe['lr']:g} for an encoder of width {base.hidden_size} "
-                      "(--lr to change)", flush=True)
+    # the family's recipe (ULMFiT's for an AWD-LSTM) under every flag given
+    given = {"lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "layer_decay": args.layer_lr_decay}
+    recipe = {**default_finetuning(base), **{k: v for k, v in given.items() if v is not None}}
+    if not args.quiet and base.model_type == "awd-lstm":
+        print(f"ULMFiT's classifier recipe: peak lr {recipe['lr']:g} at the head, x {recipe['layer_decay']:.3g} "
+              f"per layer down, {recipe['schedule']} schedule, gradual unfreezing (each has a flag)", flush=True)
+    elif not args.quiet and args.lr is None:
+        what = "the task model over ELMo" if base.model_type == "elmo" else f"an encoder of width {base.hidden_size}"
+        print(f"peak learning rate {recipe['lr']:g} for {what} (--lr to change)", flush=True)
     options = TrainOptions(
         out=args.out, steps=args.steps, **recipe,
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
@@ -261,23 +260,20 @@ def cmd_predict(args) -> None:
 
 
 def cmd_embed(args) -> None:
-    from .embed import check_output, embed, write_embeddings
+    from .embed import Embedder, check_output, write_embeddings
     from .tasks.common import read_text
-    from .tokenizer import Tokenizer
 
     check_output(args.output)  # before any work
     texts = [line.rstrip("\r") for line in read_text(args.input).split("\n") if line.strip()]
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
-    layers = int(args.layers) if args.layers.lstrip("-").isdigit() else args.layers
-    vectors = embed(args.model, texts, layers, args.pooling, args.batch_size, args.max_length, args.precision,
-                    resolve_device(args.device), progress=len(texts) >= 1000)  # a few seconds' work or more
-    tokens = None
-    if args.pooling == "tokens":  # cut exactly as embed() cuts, so tokens and vectors line up
-        from .formats.hf import read_config
-
-        limit = args.max_length or read_config(args.model).max_length
-        tokens = [e.tokens for e in Tokenizer.from_pretrained(args.model).encode_batch(texts, max_length=limit)]
+    embedder = Embedder.from_pretrained(args.model, resolve_device(args.device))
+    layers = args.layers or ("all" if hasattr(embedder, "vocab") else "last")  # ELMo: the average of its layers
+    layers = int(layers) if layers.lstrip("-").isdigit() else layers
+    vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_length, args.precision,
+                              progress=len(texts) >= 1000)  # a few seconds' work or more
+    # cut exactly as encode() cuts, so tokens and vectors line up
+    tokens = embedder.tokens(texts, args.max_length) if args.pooling == "tokens" else None
     write_embeddings(args.output, vectors, texts, tokens)
     shape = vectors.shape if hasattr(vectors, "shape") else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}"
     print(f"wrote {shape} vectors to {args.output}", file=sys.stderr)
@@ -327,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     info = commands.add_parser("info", help="show the configuration and size of a checkpoint")
-    info.add_argument("model", help="an HF BERT checkpoint directory")
+    info.add_argument("model", help="an HF BERT-family checkpoint directory, or an AWD-LSTM or ELMo one")
     info.set_defaults(func=cmd_info)
 
     pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA, ModernBERT or "
@@ -342,10 +338,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "shared layers, n-gram masking + sentence order; electra: replaced-token detection; "
                           "modernbert: MLM over a ModernBERT encoder (pre-LN, rotary, GeGLU, local/global attention); "
                           "gpt: GPT-1, a left-to-right language model; awd-lstm: ULMFiT's AWD-LSTM word-level "
-                          "language model (stages 1 and, with --init, 2; see the recurrent options)")
-    pre.add_argument("--preset", choices=sorted(PRESETS) + list(AWD_LSTM_PRESETS),
+                          "language model (stages 1 and, with --init, 2); elmo: ELMo's character-aware biLM "
+                          "(see the recurrent options)")
+    pre.add_argument("--preset", choices=sorted(PRESETS) + list(AWD_LSTM_PRESETS) + list(ELMO_PRESETS),
                      help="model size (default: by the budget: bert-tiny for --max-minutes 10 or less, else bert-mini; "
-                          "awd-lstm-small for awd-lstm, whose ULMFiT size is awd-lstm-ulmfit)")
+                          "awd-lstm-small for awd-lstm, whose ULMFiT size is awd-lstm-ulmfit; elmo-cpu for elmo, "
+                          "whose paper sizes are elmo-small and elmo-original)")
     pre.add_argument("--recipe", default="small-budget", choices=["small-budget", "bert-2018"],
                      help="defaults of the settings below: small-budget (rotary positions for bert and span, "
                           "learning rate by size, 10%% warm-up, beta2 0.98, no dropout while pretraining: "
@@ -372,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     data = pre.add_argument_group("data")
     data.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance, with [CLS] and [SEP]s")
     data.add_argument("--batch-size", type=int,
-                      help="instances per optimizer step, all processes (default: 64 for roberta, else 32)")
+                      help="instances (recurrent models: streams) per optimizer step, all processes (default: 64 for "
+                           "roberta and awd-lstm, else 32)")
     data.add_argument("--short-seq-prob", type=float, default=0.1, help="share of documents given a shorter target")
     data.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
                       help="lines: one sentence per line, blank line between documents; prose: paragraphs")
@@ -411,16 +410,20 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--compile", action="store_true",
                      help="torch.compile the model (needs a C++ compiler on CPU; the first step includes compiling)")
     opt.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and masking")
-    rnn = pre.add_argument_group("recurrent (awd-lstm)")
-    rnn.add_argument("--bptt", type=int, default=70, help="mean length of the chunks back-propagated through "
-                     "(AWD-LSTM's variable lengths around it); the hidden state carries across chunks")
+    rnn = pre.add_argument_group("recurrent (awd-lstm, elmo)")
+    rnn.add_argument("--bptt", type=int, help="length of the chunks back-propagated through (default: 70 for "
+                     "awd-lstm, with AWD-LSTM's variable lengths around it; elmo 20); the hidden state carries "
+                     "across chunks")
     rnn.add_argument("--min-freq", type=int, default=2, help="words seen fewer times read as xxunk (--vocab-size "
                      "caps the vocabulary: default 60,000, ULMFiT's)")
     rnn.add_argument("--no-rules", action="store_true", help="lowercase only, without ULMFiT's xxmaj, xxup, xxrep, "
                      "xxwrep tokens")
-    rnn.add_argument("--backwards", action="store_true", help="train on reversed text (ULMFiT's backward model)")
+    rnn.add_argument("--backwards", action="store_true", help="awd-lstm: train on reversed text (ULMFiT's backward "
+                     "model)")
     rnn.add_argument("--dropout-scale", type=float, default=1.0,
-                     help="multiplies AWD-LSTM's five dropouts (fastai's drop_mult)")
+                     help="awd-lstm: multiplies its five dropouts (fastai's drop_mult)")
+    rnn.add_argument("--sampled-softmax", type=int, help="train with a sampled softmax of this many words drawn "
+                     "per batch (ELMo's; the held-out loss stays the full softmax's); default: the full softmax")
     log = pre.add_argument_group("logging and checkpoints")
     log.add_argument("--log-every", type=int, default=10, help="steps between metric records")
     log.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations (0: end only)")
@@ -521,11 +524,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     em = commands.add_parser("embed", help="contextual vectors per sentence or per token",
                              formatter_class=HelpFormatter)
-    em.add_argument("--model", required=True, help="any HF BERT directory")
+    em.add_argument("--model", required=True,
+                    help="any HF BERT directory, or an ELMo biLM made by pretrain --objective elmo")
     em.add_argument("--input", help="text file, one text per line (default: standard input)")
     em.add_argument("--output", required=True, help=".npy (sentence vectors) or .jsonl")
-    em.add_argument("--layers", default="last",
-                    help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4, or all (mean)")
+    em.add_argument("--layers",
+                    help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4, or all (mean) "
+                         "(default: last; all for an ELMo model, its layers' average)")
     em.add_argument("--pooling", choices=["mean", "cls", "tokens"],
                     help="mean of the tokens, the [CLS] vector, or every token's vector (default: a "
                          "sentence-transformers model's own pooling and normalisation, else mean)")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .errors import BertforgeError
-from .formats.hf import load_pretrained
+from .formats.hf import load_pretrained, read_config
 from .progress import progress as progress_bar
 from .tasks.common import in_length_order, token_types
 from .tokenizer import Tokenizer
@@ -73,10 +73,17 @@ class Embedder:
         self.pooling, self.normalize, self.max_length = pooling, normalize, max_length
 
     @classmethod
-    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "Embedder":
-        """The encoder of any HF BERT-family directory (heads are left out)."""
+    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "Embedder | ELMoEmbedder":
+        """The encoder of any HF BERT-family directory (heads are left out), or an ELMo biLM's."""
+        if read_config(directory).model_type == "elmo":
+            return ELMoEmbedder.from_pretrained(directory, device)
         return cls(load_pretrained(directory, device=device), Tokenizer.from_pretrained(directory),
                    **sentence_transformers_settings(directory))
+
+    def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
+        """The tokens `encode` gives vectors for, with `pooling="tokens"`."""
+        limit = max_length or self.max_length or self.model.config.max_length
+        return [e.tokens for e in self.tokenizer.encode_batch(texts, max_length=limit)]
 
     def encode(self, texts: list[str], layers: str | int = "last", pooling: str | None = None, batch_size: int = 128,
                max_length: int | None = None, precision: str = "fp32", normalize: bool | None = None,
@@ -123,6 +130,66 @@ class Embedder:
                         out[i] = ((vectors[k] * mask[k]).sum(0) / mask[k].sum()).cpu().numpy()
         bar.close()
         if normalize:  # sentence-transformers' Normalize: v / max(|v|, 1e-12), per vector
+            out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
+        return out if pooling == "tokens" else np.stack(out)
+
+
+class ELMoEmbedder:
+    """Word vectors from an ELMo biLM (Peters et al., 2018). Each text is split into words as the
+    model's vocabulary splits them (cased) and read as one sentence between `<S>` and `</S>`, which
+    are left out of the output, as AllenNLP's; every layer is [forward; backward], 2 x the
+    projection wide: layer 0 the character-based word vector (twice), then each LSTM layer.
+    `layers="all"` (the default) is their average: the scalar mix before a task has learned one."""
+
+    def __init__(self, model, vocab, max_length: int | None = None):
+        self.model, self.vocab, self.max_length = model.eval(), vocab, max_length
+        self.pooling, self.normalize = "mean", False
+
+    @classmethod
+    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "ELMoEmbedder":
+        from .data.words import WordVocab
+        from .formats import native
+        from .models.elmo import ELMoLanguageModel
+
+        return cls(native.load_model(ELMoLanguageModel, directory, device).bert, WordVocab.from_pretrained(directory))
+
+    def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
+        limit = max_length or self.max_length
+        return [self.vocab.tokenize(t)[:limit] for t in texts]
+
+    def encode(self, texts: list[str], layers: str | int = "all", pooling: str | None = None, batch_size: int = 64,
+               max_length: int | None = None, precision: str = "fp32", normalize: bool | None = None,
+               progress: bool = False) -> list[np.ndarray] | np.ndarray:
+        """Vectors for `texts`, as `Embedder.encode`: mean over the words, or `tokens` (one vector
+        per word). `cls` has no meaning here (there is no [CLS])."""
+        from .data.words import BOS_WORD, EOS_WORD, word_characters
+
+        pooling = pooling or self.pooling
+        if pooling not in ("mean", "tokens"):
+            raise BertforgeError(f"an ELMo model pools by mean or gives tokens, not {pooling!r}")
+        words = self.tokens(texts, max_length)
+        config = self.model.config
+        device = next(self.model.parameters()).device
+        out = [None] * len(texts)
+        bar = progress_bar(total=len(texts), desc="embed", unit="texts", disable=not progress)
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+        with torch.inference_mode(), autocast:
+            for rows in in_length_order(words, batch_size):
+                bar.update(len(rows))
+                width = max(len(words[i]) for i in rows) + 2
+                chars = torch.zeros(len(rows), width, config.max_characters_per_token, dtype=torch.long)
+                for k, i in enumerate(rows):
+                    sentence = [BOS_WORD, *words[i], EOS_WORD]
+                    chars[k, :len(sentence)] = torch.tensor([word_characters(w, config.max_characters_per_token)
+                                                             for w in sentence])
+                mask = chars[..., 0] > 0  # (B, T): every real word starts with its begin-of-word mark
+                vectors = combine(self.model(chars.to(device), mask.to(device)), layers).float()  # (B, T, D)
+                for k, i in enumerate(rows):
+                    n = len(words[i])
+                    word_vectors = vectors[k, 1:n + 1]  # without <S> and </S>
+                    out[i] = (word_vectors if pooling == "tokens" else word_vectors.mean(0)).cpu().numpy()
+        bar.close()
+        if normalize:
             out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
         return out if pooling == "tokens" else np.stack(out)
 

@@ -65,17 +65,18 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     base = read_config(model)
     gpt = isinstance(base, GPTConfig)
     recurrent = base.model_type in native.NATIVE_TYPES
-    if recurrent:
+    if base.model_type == "awd-lstm":
         if task.family != "classification":
             raise BertforgeError(f"{model}: an AWD-LSTM fine-tunes for classification and regression (ULMFiT's "
                                  f"classifier), not {task.name}")
         base = type(base)(**{**base.to_dict(), **ULMFIT_DROPOUTS})
+    if base.model_type == "elmo" and task.family not in ("classification", "ner"):
+        raise BertforgeError(f"{model}: ELMo's features serve classification, regression and tagging, not {task.name}")
     if lm_weight and not gpt:
         raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
     lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if gpt else 0.0
     if options is None:
-        options = TrainOptions(out=out, **ULMFIT) if recurrent else \
-            TrainOptions(out=out, lr=finetuning_lr(base.hidden_size), warmup=0.1)
+        options = TrainOptions(out=out, **default_finetuning(base))
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = load_tokenizer(model)
@@ -120,7 +121,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     options.steps = options.steps or max(1, round(epochs * per_epoch))
     options.eval_every = eval_every or per_epoch
     options.save_every = options.save_every or per_epoch
-    if recurrent and options.unfreeze_every is None and options.layer_decay != 1.0:
+    if base.model_type == "awd-lstm" and options.unfreeze_every is None and options.layer_decay != 1.0:
         options.unfreeze_every = max(1, per_epoch // 2)
     options.select = options.select or task.metrics[0]
 
@@ -134,6 +135,16 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     if getattr(task, "crf", False):
         run_config["crf"] = True
     return train(net, data, options, tokenizer, run_config, resume, evaluator)
+
+
+def default_finetuning(config) -> dict:
+    """The optimisation a model of `config`'s family fine-tunes with by default: ULMFiT's for an
+    AWD-LSTM, Adam at 1e-3 for ELMo's task biLSTM (its biLM frozen), else a rate by width."""
+    if config.model_type == "awd-lstm":
+        return dict(ULMFIT)
+    if config.model_type == "elmo":
+        return {"lr": 1e-3, "warmup": 0.1}
+    return {"lr": finetuning_lr(config.hidden_size), "warmup": 0.1}
 
 
 def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:

@@ -11,6 +11,8 @@ on the same bf16 logits.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -57,3 +59,32 @@ def next_token_loss(hidden: torch.Tensor, input_ids: torch.Tensor, attention_mas
     states = hidden[:, :-1].reshape(-1, hidden.shape[-1])[keep]  # (M, H)
     targets = input_ids[:, 1:].reshape(-1)[keep]  # (M,)
     return vocab_cross_entropy(F.linear(states, word_embeddings), targets)
+
+
+def log_uniform_probabilities(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """P(id) under the log-uniform (Zipfian) distribution over ids sorted by falling frequency:
+    (log(id + 2) - log(id + 1)) / log(V + 1), TensorFlow's log_uniform_candidate_sampler."""
+    ids = ids.double()
+    return ((ids + 2).log() - (ids + 1).log()) / math.log(vocab_size + 1)
+
+
+def sampled_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor,
+                         bias: torch.Tensor | None, num_samples: int, generator: torch.Generator | None = None):
+    """The SUM over rows of a sampled-softmax loss (Jean et al., 2015), the estimate of the full
+    softmax's cross-entropy that ELMo's biLM trains with: each row's logit of its target against
+    `num_samples` words drawn once for the whole batch from the log-uniform distribution (word ids
+    must be sorted by falling frequency, as `data.words` sorts them), every logit corrected by
+    -log(expected count of its word among the draws), a draw equal to a row's target ignored in
+    that row. `hidden` (N, H), `targets` (N,), `weight` (V, H), `bias` (V,) or None."""
+    vocab_size = weight.shape[0]
+    u = torch.rand(num_samples, generator=generator, device="cpu", dtype=torch.float64)
+    samples = ((u * math.log(vocab_size + 1)).exp() - 1).long().clamp_(0, vocab_size - 1).to(targets.device)  # (S,)
+    expected = lambda ids: (num_samples * log_uniform_probabilities(ids, vocab_size)).log().to(hidden.dtype)  # noqa: E731
+    true_logits = (hidden * weight[targets]).sum(-1) - expected(targets)  # (N,)
+    sampled_logits = hidden @ weight[samples].t() - expected(samples)  # (N, S)
+    if bias is not None:
+        true_logits = true_logits + bias[targets]
+        sampled_logits = sampled_logits + bias[samples]
+    sampled_logits = sampled_logits.masked_fill(targets[:, None] == samples[None, :], float("-inf"))
+    logits = torch.cat([true_logits[:, None], sampled_logits], dim=1).float()  # (N, 1 + S): the target first
+    return F.cross_entropy(logits, torch.zeros_like(targets), reduction="sum")

@@ -20,12 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import AWDLSTMConfig, BertConfig, GPTConfig, ModernBertConfig
+from .config import AWDLSTMConfig, BertConfig, ELMoConfig, GPTConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
-from .losses import vocab_cross_entropy
+from .losses import sampled_softmax_loss, vocab_cross_entropy
 from .models import encoder
 from .models.awd_lstm import AWDLSTMLanguageModel
 from .models.bert import init_weights
+from .models.elmo import ELMoLanguageModel
 
 
 def mlm_head(config: BertConfig | ModernBertConfig) -> MLMHead:
@@ -126,30 +127,81 @@ class RecurrentLMPretraining(AWDLSTMLanguageModel):
     stream's state to a checkpoint and back, so that a resumed run continues exactly. Its weights
     are the language model's (it is one), so what it saves loads as `AWDLSTMLanguageModel`."""
 
-    def __init__(self, config: AWDLSTMConfig, ar: float = 2.0, tar: float = 1.0):
+    def __init__(self, config: AWDLSTMConfig, ar: float = 2.0, tar: float = 1.0, sampled: int | None = None):
         super().__init__(config)
         self.loss_weights = {"ar": ar, "tar": tar}
+        self.sampled = sampled  # train with a sampled softmax of this many words (held-out loss: the full one)
         self.states = {}
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         stream = batch["stream"]
         state = None if batch["reset"] else self.states.get(stream)
-        logits, dropped, raw, state = super().forward(batch["input_ids"], state)  # logits (B, T, V)
+        dropped, raw, state = super().forward(batch["input_ids"], state)  # (B, T, E) each
         self.states[stream] = [(h.detach(), c.detach()) for h, c in state]
         targets = batch["labels"].reshape(-1)
-        logits = logits.reshape(-1, logits.shape[-1])
-        losses = {"lm": vocab_cross_entropy(logits, targets)}
+        hidden = dropped.reshape(-1, dropped.shape[-1])  # (N, E)
+        if self.training and self.sampled:
+            loss = sampled_softmax_loss(hidden, targets, self.decoder.weight, self.decoder.bias, self.sampled)
+            losses, correct = {"lm": loss}, {}
+        else:
+            logits = self.decoder(hidden)  # (N, V)
+            losses, correct = {"lm": vocab_cross_entropy(logits, targets)}, {"lm": (logits.argmax(-1) == targets).sum()}
         if self.training:
             width = raw.shape[-1]
             losses["ar"] = dropped.float().pow(2).sum() / width  # / count of tokens: the mean
             losses["tar"] = (raw[:, 1:] - raw[:, :-1]).float().pow(2).sum() / width
-        return losses, {"lm": (logits.argmax(-1) == targets).sum()}
+        return losses, correct
 
     def carried(self) -> list[torch.Tensor]:
         return [t for pair in self.states.get("train", []) for t in pair]
 
     def carry(self, tensors: list[torch.Tensor]) -> None:
         self.states["train"] = list(zip(tensors[0::2], tensors[1::2]))
+
+
+class BiLMPretraining(ELMoLanguageModel):
+    """ELMo's biLM objective over truncated-BPTT chunks of two streams (`data.streams` with
+    `bidirectional`): the forward LSTMs predict each next word of the forward stream, the backward
+    LSTMs each next word of the reversed stream (the previous word in reading order), through the
+    shared softmax; the loss is the mean of the two, as bilm-tf's. Each direction carries its own
+    state from chunk to chunk (as `RecurrentLMPretraining`). `sampled` trains with a sampled
+    softmax of that many words (bilm-tf: 8192); held-out losses use the full softmax."""
+
+    def __init__(self, config: ELMoConfig, sampled: int | None = None):
+        super().__init__(config)
+        self.loss_weights = {"forward": 0.5, "backward": 0.5}
+        self.sampled = sampled
+        self.states = {}
+
+    def _direction(self, name: str, layers, chars, targets, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        key = (batch["stream"], name)
+        state = None if batch["reset"] else self.states.get(key)
+        outputs, state = self.bert.run(layers, self.bert.embeddings(chars), state)
+        self.states[key] = [(h.detach(), c.detach()) for h, c in state]
+        top = F.dropout(outputs[-1], self.bert.config.dropout, self.training)
+        hidden, targets = top.reshape(-1, top.shape[-1]), targets.reshape(-1)  # (N, P), (N,)
+        if self.training and self.sampled:
+            return sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, self.sampled), None
+        logits = self.softmax(hidden)  # (N, V)
+        return vocab_cross_entropy(logits, targets), (logits.argmax(-1) == targets).sum()
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        losses, correct = {}, {}
+        for name, layers, prefix in (("forward", self.bert.forward_layers, ""),
+                                     ("backward", self.bert.backward_layers, "backward_")):
+            losses[name], right = self._direction(name, layers, batch[prefix + "chars"], batch[prefix + "labels"],
+                                                  batch)
+            if right is not None:
+                correct[name] = right
+        return losses, correct
+
+    def carried(self) -> list[torch.Tensor]:
+        return [t for name in ("forward", "backward") for pair in self.states.get(("train", name), []) for t in pair]
+
+    def carry(self, tensors: list[torch.Tensor]) -> None:
+        half = len(tensors) // 2
+        for name, part in (("forward", tensors[:half]), ("backward", tensors[half:])):
+            self.states[("train", name)] = list(zip(part[0::2], part[1::2]))
 
 
 def replaced_tokens(input_ids: torch.Tensor, positions: torch.Tensor, targets: torch.Tensor,

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 import torch
 
 from .checks import check
-from .config import AWD_LSTM_PRESETS, AWDLSTMConfig, awd_lstm_preset
-from .data.corpus import FileReport, find_files, read_units
+from .config import AWD_LSTM_PRESETS, ELMO_PRESETS, AWDLSTMConfig, awd_lstm_preset, elmo_preset
+from .data.corpus import FileReport, find_files, read_units, split_sentences
 from .data.streams import LMStreams, read_documents
-from .data.words import WordVocab
+from .data.words import BOS_WORD, EOS_WORD, WordVocab, word_characters
 from .errors import BertforgeError
 from .formats import native
-from .objectives import RecurrentLMPretraining
+from .objectives import BiLMPretraining, RecurrentLMPretraining
 from .training.trainer import TrainOptions, distributed_setup, latest_checkpoint, train
 
-RECURRENT_OBJECTIVES = ("awd-lstm",)
+RECURRENT_OBJECTIVES = ("awd-lstm", "elmo")
 DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
 
 
@@ -47,13 +47,16 @@ class Optimisation:
 # fine-tuning (section 3.2 and its released scripts): peak 4e-3 at the top layer, / 2.6 per layer
 # down, slanted triangular rates with a 10% rise, betas (0.7, 0.99).
 PRETRAINING = Optimisation(lr=3e-3, betas=(0.8, 0.99), schedule="one-cycle", warmup=0.25, clip=0.25)
+# ELMo's biLM: bilm-tf trains with Adagrad at 0.2 over 10 epochs of a billion words, clipping at 10;
+# our one loop is AdamW's, at a rate measured to learn on CPU budgets, with a cosine.
+BILM = Optimisation(lr=2e-3, betas=(0.9, 0.999), schedule="one-cycle", warmup=0.1, clip=10.0)
 LM_FINETUNING = Optimisation(lr=4e-3, betas=(0.7, 0.99), schedule="slanted", warmup=0.1, clip=0.25,
                              layer_decay=1 / 2.6)
 
 
-def default_options(out: str, init: str | None, **given) -> TrainOptions:
-    """The stage's optimisation defaults, with any option given (None: not given) on top."""
-    chosen = LM_FINETUNING if init else PRETRAINING
+def default_options(out: str, init: str | None, objective: str = "awd-lstm", **given) -> TrainOptions:
+    """The objective's (and stage's) optimisation defaults, with any option given (None: not given) on top."""
+    chosen = BILM if objective == "elmo" else LM_FINETUNING if init else PRETRAINING
     values = {"lr": chosen.lr, "betas": chosen.betas, "schedule": chosen.schedule, "warmup": chosen.warmup,
               "clip": chosen.clip, "layer_decay": chosen.layer_decay}
     values.update({k: v for k, v in given.items() if v is not None})
@@ -62,22 +65,31 @@ def default_options(out: str, init: str | None, **given) -> TrainOptions:
 
 def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: str | None = None,
                        init: str | None = None, vocab_size: int = 60000, min_freq: int = 2, rules: bool = True,
-                       bptt: int = 70, batch_size: int = 64, layout: str = "auto", text_field: str = "text",
-                       eval_fraction: float = 0.02, resume: bool = False, options: TrainOptions | None = None,
-                       backwards: bool = False, dropout_scale: float = 1.0, ar: float = 2.0, tar: float = 1.0) -> dict:
-    """Pretrain (or, with `init`, fine-tune) an AWD-LSTM language model on `corpus`, under `out`.
+                       bptt: int | None = None, batch_size: int | None = None, layout: str = "auto",
+                       text_field: str = "text", eval_fraction: float = 0.02, resume: bool = False,
+                       options: TrainOptions | None = None, backwards: bool = False, dropout_scale: float = 1.0,
+                       ar: float = 2.0, tar: float = 1.0, sampled_softmax: int | None = None) -> dict:
+    """Pretrain a recurrent language model on `corpus`, under `out`: `objective` "awd-lstm"
+    (ULMFiT's stage 1, or with `init` its stage 2) or "elmo" (ELMo's biLM).
 
     `preset`: a size of `config.AWD_LSTM_PRESETS` (default awd-lstm-small; ULMFiT's is
-    awd-lstm-ulmfit). The vocabulary keeps the `vocab_size` most frequent words seen `min_freq`
-    times, with ULMFiT's text `rules` (xxmaj, xxup, xxrep, ...). `bptt` is the mean chunk length,
-    `batch_size` the number of parallel streams. `backwards` trains on reversed text (ULMFiT's
-    backward model); `dropout_scale` multiplies the five dropouts (fastai's drop_mult); `ar`, `tar`
-    weigh the activation regularisers. Without `options`, stage 1's or stage 2's optimisation
-    (`default_options`). Returns the trainer's summary.
+    awd-lstm-ulmfit) or `config.ELMO_PRESETS` (default elmo-cpu; the paper's elmo-small and
+    elmo-original). The softmax vocabulary keeps the `vocab_size` most frequent words seen
+    `min_freq` times: lowercased with ULMFiT's text `rules` (xxmaj, xxup, xxrep, ...) for AWD-LSTM,
+    cased for ELMo, whose input is every word's characters, known or not. `bptt` is the (mean)
+    chunk length (70, AWD-LSTM's variable; ELMo's fixed 20), `batch_size` the number of parallel
+    streams (64; ELMo 32). AWD-LSTM only: `backwards` trains on reversed text (ULMFiT's backward
+    model), `dropout_scale` multiplies the five dropouts (fastai's drop_mult), `ar`, `tar` weigh
+    the activation regularisers. `sampled_softmax` trains with a sampled softmax of that many words
+    (`losses.sampled_softmax_loss`; held-out losses stay the full softmax's). Without `options`, the
+    objective's and stage's optimisation (`default_options`). Returns the trainer's summary.
     """
     if objective not in RECURRENT_OBJECTIVES:
         raise BertforgeError(f"unknown recurrent objective {objective!r}; "
                              f"choose one of {', '.join(RECURRENT_OBJECTIVES)}")
+    elmo = objective == "elmo"
+    bptt = bptt or (20 if elmo else 70)
+    batch_size = batch_size or (32 if elmo else 64)
     for name, value in (("vocab_size", vocab_size), ("batch_size", batch_size), ("eval_fraction", eval_fraction)):
         check(name, value)
     for name, value in (("min_freq", min_freq), ("bptt", bptt)):
@@ -85,20 +97,26 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
             raise BertforgeError(f"{name} must be a positive integer, got {value!r}")
     if not 0 <= dropout_scale < 10 or ar < 0 or tar < 0:
         raise BertforgeError("dropout_scale must be in [0, 10), ar and tar at least 0")
+    if sampled_softmax is not None and (not isinstance(sampled_softmax, int) or sampled_softmax < 1):
+        raise BertforgeError(f"sampled_softmax must be a positive number of words, got {sampled_softmax!r}")
+    if elmo and (init or backwards):
+        raise BertforgeError("ELMo's biLM reads both directions and starts fresh: drop --init and --backwards")
     if init and preset:
         raise BertforgeError("--init continues a model of its own size: drop --preset")
-    preset = None if init else preset or "awd-lstm-small"
-    if preset and preset not in AWD_LSTM_PRESETS:
-        raise BertforgeError(f"unknown preset {preset!r} for AWD-LSTM; choose one of {', '.join(AWD_LSTM_PRESETS)}")
-    options = options or default_options(out, init)
+    presets = ELMO_PRESETS if elmo else AWD_LSTM_PRESETS
+    preset = None if init else preset or ("elmo-cpu" if elmo else "awd-lstm-small")
+    if preset and preset not in presets:
+        raise BertforgeError(f"unknown preset {preset!r} for {objective}; choose one of {', '.join(presets)}")
+    options = options or default_options(out, init, objective)
     options.out = out
     rank, world, _ = distributed_setup()
     files = find_files(corpus)
     run_config = {"objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset,
                   "init": os.path.abspath(init) if init else None, "vocab_size": vocab_size, "min_freq": min_freq,
-                  "rules": rules, "bptt": bptt, "batch_size": batch_size, "layout": layout, "text_field": text_field,
-                  "eval_fraction": eval_fraction, "seed": options.seed, "backwards": backwards,
-                  "dropout_scale": dropout_scale, "ar": ar, "tar": tar}
+                  "rules": rules and not elmo, "bptt": bptt, "batch_size": batch_size, "layout": layout,
+                  "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
+                  "backwards": backwards, "dropout_scale": dropout_scale, "ar": ar, "tar": tar,
+                  "sampled_softmax": sampled_softmax}
     start = native.read_config(init) if init else None
     if start is not None and backwards != start.backwards:
         raise BertforgeError(f"{init}: a {'backward' if start.backwards else 'forward'} model; "
@@ -110,25 +128,65 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
             raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
         settings = WordVocab.from_pretrained(init) if init else None
         texts = (text for path in files for _, text, _ in read_units(path, FileReport(path), layout, text_field))
-        vocab = WordVocab.train(texts, vocab_size, min_freq, lowercase=True,
-                                rules=settings.rules if settings else rules)
-    documents = read_documents(files, vocab, layout, text_field, show_progress=options.progress and rank == 0)
-    data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
-                     backwards=backwards, source=", ".join(files[:3]) + (" ..." if len(files) > 3 else ""))
-    if start is not None:
-        config = AWDLSTMConfig(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
-                                  "architectures": ["AWDLSTMLanguageModel"]})
+        vocab = WordVocab.train(texts, vocab_size, min_freq, lowercase=not elmo,
+                                rules=False if elmo else settings.rules if settings else rules,
+                                characters=elmo_preset(preset).max_characters_per_token if elmo else None)
+    source = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
+    show = options.progress and rank == 0
+    if elmo:
+        config = elmo_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id)
+        documents, encode = elmo_documents(files, vocab, config.max_characters_per_token, layout, text_field, show)
+        data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
+                         variable=False, source=source, bidirectional=True, encode=encode)
+        torch.manual_seed(options.seed)
+        model = BiLMPretraining(config, sampled_softmax)
     else:
-        config = awd_lstm_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, backwards=backwards,
-                                 **{k: AWDLSTMConfig.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS})
-    torch.manual_seed(options.seed)
-    model = RecurrentLMPretraining(config, ar, tar)
-    if start is not None and not resume:
-        match_vocabulary(model, init, vocab)
+        documents = read_documents(files, lambda text, _: vocab.encode(text), [vocab.bos_id], layout, text_field, show)
+        data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
+                         backwards=backwards, source=source)
+        if start is not None:
+            config = AWDLSTMConfig(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
+                                      "architectures": ["AWDLSTMLanguageModel"]})
+        else:
+            dropouts = {k: AWDLSTMConfig.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS}
+            config = awd_lstm_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id,
+                                     backwards=backwards, **dropouts)
+        torch.manual_seed(options.seed)
+        model = RecurrentLMPretraining(config, ar, tar, sampled_softmax)
+        if start is not None and not resume:
+            match_vocabulary(model, init, vocab)
     facts = {"model": config.to_dict(), "train_documents": len(data.train_documents),
              "eval_documents": len(data.eval_documents), "words": vocab.vocab_size,
              "train_words": int(sum(len(d) for d in data.train_documents))}
     return train(model, data, options, vocab, {**run_config, **facts}, resume)
+
+
+def elmo_documents(files: list[str], vocab: WordVocab, max_characters: int, layout: str, text_field: str,
+                   show_progress: bool):
+    """ELMo's training text: every sentence as `<S>` words `</S>` (bilm-tf's), each word by an id
+    into every distinct word of the corpus. Returns the documents and the function that turns a
+    batch's ids into the biLM's inputs (each word's characters) and targets (softmax ids: `<S>`
+    and `</S>` are the vocabulary's xxbos and xxeos, a rare word its xxunk)."""
+    index = {BOS_WORD: 0, EOS_WORD: 1}
+
+    def encode(text: str, is_paragraph: bool) -> list[int]:
+        ids = []
+        for sentence in split_sentences(text) if is_paragraph else [text]:
+            ids += [0, *(index.setdefault(w, len(index)) for w in vocab.tokenize(sentence)), 1]
+        return ids
+
+    documents = read_documents(files, encode, [], layout, text_field, show_progress)
+    words = list(index)
+    chars = torch.tensor([word_characters(w, max_characters) for w in words], dtype=torch.int16)  # (W, C)
+    targets = torch.tensor([vocab.bos_id, vocab.eos_id] + vocab.ids_of(words[2:]))  # (W,)
+
+    def batch_inputs(batch: dict) -> dict:
+        for prefix in ("", "backward_"):
+            batch[prefix + "chars"] = chars[batch.pop(prefix + "input_ids")].long()  # (B, L, C)
+            batch[prefix + "labels"] = targets[batch[prefix + "labels"]]  # (B, L)
+        return batch
+
+    return documents, batch_inputs
 
 
 def match_vocabulary(model: RecurrentLMPretraining, init: str, vocab: WordVocab) -> int:

@@ -23,22 +23,22 @@ from ..errors import BertforgeError
 from ..progress import progress
 from .batches import Position, split_documents
 from .corpus import FileReport, read_units
-from .words import WordVocab
 
 
-def read_documents(files: list[str], vocab: WordVocab, layout: str = "auto", text_field: str = "text",
+def read_documents(files: list[str], encode, begin: list[int], layout: str = "auto", text_field: str = "text",
                    show_progress: bool = False) -> list[np.ndarray]:
-    """Every document of the corpus as word ids, starting with `xxbos`."""
+    """Every document of the corpus as word ids: `begin` (AWD-LSTM: `xxbos`), then each unit of
+    text (a line, or a paragraph with `is_paragraph`) as `encode(text, is_paragraph)` gives it."""
     documents, current = [], []
     bar = progress(total=len(files), disable=not show_progress, desc="reading words", unit="files")
     for path in files:
-        for new_document, text, _ in read_units(path, FileReport(path), layout, text_field):
+        for new_document, text, is_paragraph in read_units(path, FileReport(path), layout, text_field):
             if new_document and current:
                 documents.append(np.array(current, dtype=np.int32))
                 current = []
             if not current:
-                current.append(vocab.bos_id)
-            current += vocab.encode(text)
+                current += begin
+            current += encode(text, is_paragraph)
         if current:  # a file never continues the previous file's document
             documents.append(np.array(current, dtype=np.int32))
             current = []
@@ -62,7 +62,8 @@ class LMStreams:
 
     def __init__(self, documents: list[np.ndarray], batch_size: int, bptt: int, seed: int = 0,
                  eval_fraction: float = 0.02, rank: int = 0, world: int = 1, accum: int = 1,
-                 backwards: bool = False, variable: bool = True, source: str = "the corpus"):
+                 backwards: bool = False, variable: bool = True, source: str = "the corpus",
+                 bidirectional: bool = False, encode=None):
         if backwards:
             documents = [d[::-1].copy() for d in documents]
         train, held = split_documents(len(documents), eval_fraction, seed)
@@ -70,6 +71,9 @@ class LMStreams:
         self.eval_documents = [documents[i] for i in held]
         self.batch_size, self.bptt, self.seed, self.accum = batch_size, bptt, seed, accum
         self.rank, self.world, self.variable = rank, world, variable
+        # ELMo's biLM: a second stream of the documents reversed (in another order), read by the
+        # backward LSTMs with their own carried state, as bilm-tf's BidirectionalLMDataset.
+        self.bidirectional, self.encode = bidirectional, encode or (lambda batch: batch)
         rows = batch_size * world
         per_row = sum(len(d) for d in self.train_documents) // rows
         if per_row < bptt + 1:
@@ -85,41 +89,56 @@ class LMStreams:
         grid = stream[:n * rows].reshape(rows, n)
         return grid[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
 
-    def _epoch_rows(self, epoch: int) -> np.ndarray:
-        order = np.random.default_rng([self.seed, epoch, 5]).permutation(len(self.train_documents))
-        return self._rows([self.train_documents[i] for i in order])
+    def _grids(self, documents: list[np.ndarray], epoch: int | None) -> list[np.ndarray]:
+        """The rows of each direction: the documents in a seeded order per epoch (in order for
+        held-out ones); for the backward direction, each document reversed, in another order."""
+        grids = []
+        for direction in range(2 if self.bidirectional else 1):
+            order = np.arange(len(documents)) if epoch is None else \
+                np.random.default_rng([self.seed, epoch, 5 + direction]).permutation(len(documents))
+            grids.append(self._rows([documents[i][::-1] if direction else documents[i] for i in order]))
+        return grids
 
     def batches(self, position: Position) -> Iterator[tuple[Position, list[dict]]]:
         """From `position` (epoch, offset in each row) on: (the position after, `accum` chunks) per step."""
         epoch, offset = position.epoch, position.index
-        rows = self._epoch_rows(epoch)
+        grids = self._grids(self.train_documents, epoch)
         while True:
             micro = []
             for _ in range(self.accum):
-                if offset + 2 > rows.shape[1]:  # no next word left to predict in this epoch
+                if offset + 2 > grids[0].shape[1]:  # no next word left to predict in this epoch
                     epoch, offset = epoch + 1, 0
-                    rows = self._epoch_rows(epoch)
+                    grids = self._grids(self.train_documents, epoch)
                 length = chunk_length(self.bptt, self.seed, epoch, offset) if self.variable else self.bptt
-                length = min(length, rows.shape[1] - 1 - offset)
-                micro.append(chunk(rows, offset, length, reset=offset == 0, stream="train"))
+                length = min(length, grids[0].shape[1] - 1 - offset)
+                micro.append(self.encode(chunk(grids, offset, length, reset=offset == 0, stream="train")))
                 offset += length
             yield Position(epoch, offset), micro
 
     def eval_batches(self, max_batches: int) -> Iterator[dict]:
         """The held-out stream from its start, in chunks of `bptt` (at most `max_batches`)."""
-        rows = self._rows(self.eval_documents)
+        grids = self._grids(self.eval_documents, None)
         offset = 0
         for _ in range(max_batches):
-            length = min(self.bptt, rows.shape[1] - 1 - offset)
+            length = min(self.bptt, grids[0].shape[1] - 1 - offset)
             if length < 1:
                 return
-            yield chunk(rows, offset, length, reset=offset == 0, stream="eval")
+            yield self.encode(chunk(grids, offset, length, reset=offset == 0, stream="eval"))
             offset += length
 
 
-def chunk(rows: np.ndarray, offset: int, length: int, reset: bool, stream: str) -> dict:
-    """The batch of words [offset, offset + length) of every row, each predicting the word after it."""
-    piece = torch.from_numpy(rows[:, offset:offset + length + 1].astype(np.int64))  # (B, L + 1)
-    size = piece.shape[0] * length
-    return {"input_ids": piece[:, :-1], "labels": piece[:, 1:], "reset": reset, "stream": stream,
-            "counts": {"lm": size, "ar": size, "tar": piece.shape[0] * (length - 1)}, "tokens": size}
+def chunk(grids: list[np.ndarray], offset: int, length: int, reset: bool, stream: str) -> dict:
+    """The batch of words [offset, offset + length) of every row, each predicting the word after
+    it; with a second (backward) grid, its chunk under `backward_input_ids` and `backward_labels`."""
+    batch = {"reset": reset, "stream": stream}
+    for grid, prefix in zip(grids, ("", "backward_")):
+        piece = torch.from_numpy(grid[:, offset:offset + length + 1].astype(np.int64))  # (B, L + 1)
+        batch[prefix + "input_ids"], batch[prefix + "labels"] = piece[:, :-1], piece[:, 1:]
+    rows = grids[0].shape[0]
+    size = rows * length
+    if len(grids) == 2:
+        batch["counts"] = {"forward": size, "backward": size}
+    else:
+        batch["counts"] = {"lm": size, "ar": size, "tar": rows * (length - 1)}
+    batch["tokens"] = size * len(grids)
+    return batch

@@ -26,9 +26,15 @@ from ..training.atomic import atomic_file
 
 FILE = "words.json"
 UNK, PAD, BOS, EOS = "xxunk", "xxpad", "xxbos", "xxeos"
-SPECIALS = (UNK, PAD, BOS, EOS, "xxfld")  # ids 0-4 in every vocabulary (fastai's order: pad is 1); xxfld
+FIELD = "xxfld"
+SPECIALS = (UNK, PAD, BOS, EOS, FIELD)  # ids 0-4 in every vocabulary (fastai's order: pad is 1); xxfld
 # stands between the two texts of a pair
 RULE_TOKENS = ("xxrep", "xxwrep", "xxup", "xxmaj")
+
+# ELMo's characters (AllenNLP's ELMoCharacterMapper): bytes are 0-255, then these marks; every id is
+# shifted up by one when written, so that 0 can mark padding positions.
+BEGIN_SENTENCE, END_SENTENCE, BEGIN_WORD, END_WORD, PADDING = 256, 257, 258, 259, 260
+BOS_WORD, EOS_WORD = "<S>", "</S>"  # ELMo's sentence boundaries, with characters of their own
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*|\S", re.UNICODE)
 _CHAR_REPEAT = re.compile(r"(\S)(\1{3,})")
@@ -37,6 +43,19 @@ _WORD_REPEAT = re.compile(r"(?:^|(?<=\s))(\S+)((?:\s+\1){3,})(?=\s|$)")
 
 def split_words(text: str) -> list[str]:
     return _WORD.findall(text)
+
+
+def word_characters(word: str, max_characters: int = 50) -> list[int]:
+    """ELMo's character ids of one word: the begin-of-word mark, its UTF-8 bytes (cut to leave room
+    for the end mark), the end-of-word mark, padding to `max_characters`, all shifted by one."""
+    if word == BOS_WORD:
+        body = [BEGIN_SENTENCE]
+    elif word == EOS_WORD:
+        body = [END_SENTENCE]
+    else:
+        body = list(word.encode("utf-8", "replace")[:max_characters - 2])
+    ids = [BEGIN_WORD, *body, END_WORD] + [PADDING] * (max_characters - len(body) - 2)
+    return [i + 1 for i in ids]
 
 
 def apply_rules(text: str) -> list[str]:
@@ -55,21 +74,30 @@ def apply_rules(text: str) -> list[str]:
 
 
 class WordEncoding:
-    """Word ids of one input, shaped as the sub-word tokenizers' encodings (no segments)."""
+    """Word ids of one input, shaped as the sub-word tokenizers' encodings (no segments); for an
+    ELMo vocabulary also each word's characters. `word_ids` maps each position to its word (None
+    for the sentence marks), as a sub-word tokenizer maps its pieces."""
 
-    def __init__(self, ids: list[int], truncated: bool):
-        self.ids, self.truncated = ids, truncated
+    def __init__(self, ids: list[int], truncated: bool, chars: list[list[int]] | None = None,
+                 word_ids: list[int | None] | None = None, tokens: list[str] | None = None):
+        self.ids, self.truncated, self.chars, self.word_ids, self.tokens = ids, truncated, chars, word_ids, tokens
         self.token_type_ids = [0] * len(ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class WordVocab:
-    def __init__(self, words: list[str], lowercase: bool = True, rules: bool = False):
+    def __init__(self, words: list[str], lowercase: bool = True, rules: bool = False, characters: int | None = None):
         if list(words[:len(SPECIALS)]) != list(SPECIALS):
             raise BertforgeError(f"a word vocabulary starts with {', '.join(SPECIALS)}")
         if len(set(words)) != len(words):
             seen = collections.Counter(words)
             raise BertforgeError(f"a word vocabulary lists {next(w for w, n in seen.items() if n > 1)!r} twice")
         self.words, self.lowercase, self.rules = list(words), lowercase or rules, rules
+        # ELMo's vocabulary: its model reads words as up to this many characters, each sentence
+        # between <S> and </S> (the softmax's xxbos and xxeos)
+        self.characters = characters
         self.index = {w: i for i, w in enumerate(self.words)}
 
     # the ids and size every tokenizer here offers
@@ -85,31 +113,46 @@ class WordVocab:
             return apply_rules(text)
         return split_words(text.lower() if self.lowercase else text)
 
-    def encode_words(self, words: Iterable[str]) -> list[int]:
+    def ids_of(self, words: Iterable[str]) -> list[int]:
         return [self.index.get(w, self.unk_id) for w in words]
 
     def encode(self, text: str) -> list[int]:
-        return self.encode_words(self.tokenize(text))
+        return self.ids_of(self.tokenize(text))
 
     def encode_batch(self, texts: list[str], pairs: list[str] | None = None,
-                     max_length: int | None = None) -> list["WordEncoding"]:
+                     max_length: int | None = None) -> list[WordEncoding]:
         """A task's inputs: `xxbos` and the text's words (then `xxfld` and the pair's, as fastai marks
-        a second field), cut to `max_length` words."""
-        out = []
-        for i, text in enumerate(texts):
-            ids = [self.bos_id] + self.encode(text)
-            if pairs is not None:
-                ids += [self.field_id] + self.encode(pairs[i])
-            cut = max_length is not None and len(ids) > max_length
-            out.append(WordEncoding(ids[:max_length] if cut else ids, cut))
-        return out
+        a second field), cut to `max_length` words. An ELMo vocabulary reads each text as a sentence
+        between <S> and </S>, with every word's characters."""
+        words = [self.tokenize(t) for t in texts]
+        seconds = [self.tokenize(p) for p in pairs] if pairs is not None else None
+        return [self._encoding(w, seconds[i] if seconds else None, max_length) for i, w in enumerate(words)]
+
+    def encode_words(self, sentences: list[list[str]], max_length: int | None = None) -> list[WordEncoding]:
+        """Sentences already split into words (tagging), each word its own position."""
+        return [self._encoding([w.lower() for w in s] if self.lowercase else list(s), None, max_length)
+                for s in sentences]
+
+    def _encoding(self, words: list[str], pair: list[str] | None, max_length: int | None) -> WordEncoding:
+        if self.characters:
+            tokens = [BOS_WORD, *words, EOS_WORD] + ([BOS_WORD, *pair, EOS_WORD] if pair is not None else [])
+            word_ids = [None, *range(len(words)), None] + ([None, *range(len(pair)), None] if pair is not None else [])
+        else:
+            tokens = [BOS] + words + ([FIELD, *pair] if pair is not None else [])
+            word_ids = [None, *range(len(words))] + ([None, *range(len(pair))] if pair is not None else [])
+        cut = max_length is not None and len(tokens) > max_length
+        tokens, word_ids = tokens[:max_length], word_ids[:max_length]
+        marks = {BOS_WORD: self.bos_id, EOS_WORD: self.eos_id, BOS: self.bos_id, FIELD: self.field_id}
+        ids = [marks[t] if w is None else self.index.get(t, self.unk_id) for t, w in zip(tokens, word_ids)]
+        chars = [word_characters(t, self.characters) for t in tokens] if self.characters else None
+        return WordEncoding(ids, cut, chars, word_ids, tokens)
 
     def decode(self, ids: Iterable[int]) -> str:
         return " ".join(self.words[i] for i in ids)
 
     @classmethod
     def train(cls, texts: Iterable[str], max_size: int = 60000, min_freq: int = 2, lowercase: bool = True,
-              rules: bool = False) -> "WordVocab":
+              rules: bool = False, characters: int | None = None) -> "WordVocab":
         """The `max_size` most frequent words of `texts` seen at least `min_freq` times (ties in
         first-seen order, so the same corpus always gives the same ids), after the specials."""
         counts = collections.Counter()
@@ -118,11 +161,12 @@ class WordVocab:
             counts.update(probe.tokenize(text))
         fixed = probe.words
         kept = [w for w, n in counts.most_common() if n >= min_freq and w not in probe.index]
-        return cls(fixed + kept[:max(0, max_size - len(fixed))], lowercase, rules)
+        return cls(fixed + kept[:max(0, max_size - len(fixed))], lowercase, rules, characters)
 
     def save_pretrained(self, directory: str) -> None:
         with atomic_file(os.path.join(directory, FILE)) as f:
-            json.dump({"lowercase": self.lowercase, "rules": self.rules, "words": self.words}, f, ensure_ascii=False)
+            json.dump({"lowercase": self.lowercase, "rules": self.rules, "characters": self.characters,
+                       "words": self.words}, f, ensure_ascii=False)
 
     @classmethod
     def from_pretrained(cls, directory: str) -> "WordVocab":
@@ -138,6 +182,7 @@ class WordVocab:
                 and all(isinstance(w, str) for w in data["words"])):
             raise BertforgeError(f"{path}: expected an object with a list of words under \"words\"")
         try:
-            return cls(data["words"], bool(data.get("lowercase", True)), bool(data.get("rules", False)))
+            return cls(data["words"], bool(data.get("lowercase", True)), bool(data.get("rules", False)),
+                       data.get("characters"))
         except BertforgeError as e:
             raise BertforgeError(f"{path}: {e}") from None

@@ -8,6 +8,7 @@ through safetensors only: nothing in a checkpoint can execute code.
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -16,7 +17,7 @@ from torch import nn
 from ..config import load_config
 from ..errors import BertforgeError
 
-NATIVE_TYPES = ("awd-lstm",)
+NATIVE_TYPES = ("awd-lstm", "elmo")
 WEIGHTS = "model.safetensors"
 
 
@@ -74,6 +75,14 @@ def load_encoder(model: nn.Module, directory: str) -> None:
     tensors = {k[len("bert."):]: v for k, v in _read_safetensors(path).items() if k.startswith("bert.")}
     unexpected = [k for k in tensors if k not in model.bert.state_dict()]
     load_state(model.bert, tensors, path, unexpected)
+
+
+def parameter_count(directory: str) -> int:
+    """How many numbers the checkpoint holds (a tied weight once), read from its header alone."""
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(directory, WEIGHTS), "pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
 
 def read_config(directory: str):

@@ -66,7 +66,7 @@ class AWDLSTMLanguageModel(nn.Module):
             nn.init.zeros_(self.decoder.bias)
 
     def forward(self, input_ids: torch.Tensor, state: State | None = None):
-        """-> (logits (B, T, V), the last layer's dropped output (for AR), raw output (for TAR), new state)."""
+        """-> (the last layer's output after dropout (B, T, E): the decoder's input, and AR's; before
+        dropout (TAR's); the new state). `decoder(hidden)` gives the logits."""
         outputs, new_state = self.bert(input_ids, state)
-        last = self.output_dropout(outputs[-1])  # (B, T, E)
-        return self.decoder(last), last, outputs[-1], new_state
+        return self.output_dropout(outputs[-1]), outputs[-1], new_state

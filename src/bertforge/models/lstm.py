@@ -68,3 +68,44 @@ class WeightDropLSTM(nn.Module):
         # dropout, train, bidirectional, batch_first.
         out, h, c = torch.lstm(x, (state[0][None], state[1][None]), weights, True, 1, 0.0, self.training, False, True)
         return out, (h[0], c[0])
+
+
+class ProjectedLSTM(nn.Module):
+    """ELMo's LSTM layer (AllenNLP's LstmCellWithProjection): `cell_size` cells whose output is
+    projected to `hidden_size`; the cell clipped to +-`cell_clip` and the projection to
+    +-`proj_clip` at every step (None: no clipping), which keeps a long-running state bounded.
+    Gates in the order input, forget, cell, output; the forget gate's bias starts at 1. One step at
+    a time (the clipping sits inside the recurrence, where no fused kernel reaches), the input's
+    part of every gate computed for all steps at once."""
+
+    def __init__(self, input_size: int, cell_size: int, hidden_size: int, cell_clip: float | None = None,
+                 proj_clip: float | None = None):
+        super().__init__()
+        self.cell_size, self.hidden_size = cell_size, hidden_size
+        self.cell_clip, self.proj_clip = cell_clip, proj_clip
+        self.input_linearity = nn.Linear(input_size, 4 * cell_size, bias=False)
+        self.state_linearity = nn.Linear(hidden_size, 4 * cell_size)
+        self.state_projection = nn.Linear(cell_size, hidden_size, bias=False)
+        with torch.no_grad():
+            self.state_linearity.bias.zero_()
+            self.state_linearity.bias[cell_size:2 * cell_size] = 1.0
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """`x` (B, T, I), state `(h (B, H), c (B, C))` (zeros when None) -> outputs (B, T, H), final state."""
+        batch, steps, _ = x.shape
+        h = x.new_zeros(batch, self.hidden_size) if state is None else state[0]
+        c = x.new_zeros(batch, self.cell_size) if state is None else state[1]
+        from_input = self.input_linearity(x)  # (B, T, 4C)
+        outputs = []
+        for t in range(steps):
+            gates = from_input[:, t] + self.state_linearity(h)  # (B, 4C)
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(i) * torch.tanh(g) + torch.sigmoid(f) * c  # (B, C)
+            if self.cell_clip is not None:
+                c = c.clamp(-self.cell_clip, self.cell_clip)
+            h = self.state_projection(torch.sigmoid(o) * torch.tanh(c))  # (B, H)
+            if self.proj_clip is not None:
+                h = h.clamp(-self.proj_clip, self.proj_clip)
+            outputs.append(h)
+        out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.hidden_size)
+        return out, (h, c)

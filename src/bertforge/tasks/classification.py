@@ -116,6 +116,8 @@ class ClassificationTask:
         features = []
         for e, enc, other in zip(examples, encodings, swapped):
             f = {"ids": enc.ids, "types": enc.token_type_ids}
+            if getattr(enc, "chars", None) is not None:  # ELMo's input
+                f["chars"] = enc.chars
             if other is not None:
                 f["swapped"] = other.ids
             if "label" in e:
@@ -149,6 +151,10 @@ class ClassificationTask:
     # ---- model, prediction, scores -----------------------------------------------------------
 
     def build_model(self, config: BertConfig) -> "SequenceClassifier | RecurrentClassifier":
+        if config.model_type == "elmo":
+            from .elmo_features import ELMoClassifier
+
+            return ELMoClassifier(config)
         return RecurrentClassifier(config) if config.model_type == "awd-lstm" else SequenceClassifier(config)
 
     def configure(self, config: BertConfig, names: list[str] | None, classifier_dropout: float | None) -> BertConfig:

@@ -195,8 +195,15 @@ def encoder_inputs(features: list[dict], pad_id: int) -> dict:
     features holding `ids` (and `types`, else all zeros); plus the count of real tokens."""
     ids = pad([f["ids"] for f in features], pad_id)
     types = pad([f["types"] for f in features], 0) if "types" in features[0] else torch.zeros_like(ids)
-    return {"input_ids": ids, "token_type_ids": types, "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
-            "tokens": sum(len(f["ids"]) for f in features)}
+    batch = {"input_ids": ids, "token_type_ids": types,
+             "attention_mask": pad([[1] * len(f["ids"]) for f in features], 0),
+             "tokens": sum(len(f["ids"]) for f in features)}
+    if "chars" in features[0]:  # ELMo: each word's characters (B, T, C), 0 at padding
+        chars = torch.zeros(*ids.shape, len(features[0]["chars"][0]), dtype=torch.long)
+        for i, f in enumerate(features):
+            chars[i, :len(f["chars"])] = torch.tensor(f["chars"])
+        batch["input_chars"] = chars
+    return batch
 
 
 def inference_batches(model, task, features: list, batch_size: int) -> Iterator[tuple[list[int], dict]]:

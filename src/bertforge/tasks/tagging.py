@@ -142,6 +142,8 @@ class TaggingTask:
                 if word is not None and word not in first_piece:
                     first_piece[word] = position
             f = {"ids": enc.ids, "first_piece": first_piece, "words": len(s["words"])}
+            if getattr(enc, "chars", None) is not None:  # ELMo's input
+                f["chars"] = enc.chars
             if "tags" in s:
                 labels = [IGNORE] * len(enc.ids)
                 for word, position in first_piece.items():
@@ -183,6 +185,12 @@ class TaggingTask:
         return [[f["labels"][f["first_piece"][w]] for w in sorted(f["first_piece"])] for f in features]
 
     def build_model(self, config: BertConfig) -> "TokenClassifier":
+        if config.model_type == "elmo":
+            if self.crf:
+                raise BertforgeError("--crf is for BERT-family taggers; an ELMo tagger predicts each word on its own")
+            from .elmo_features import ELMoTagger
+
+            return ELMoTagger(config)
         return CRFTokenClassifier(config) if self.crf else TokenClassifier(config)
 
     def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:

@@ -1,0 +1,195 @@
+"""BERT and its recurrent ancestors side by side at equal compute: ELMo (frozen biLM features mixed into
+a task biLSTM), ULMFiT (AWD-LSTM, its three stages) and BERT (the small-budget recipe), each
+pretrained for the same wall-clock minutes on the same Gutenberg corpus, then fine-tuned on SST-2
+(10k training sentences, the full dev set) and CoNLL-2003 (5k training sentences, the full valid
+set; ULMFiT is a classifier only), each also from a random initialisation (the same architecture
+never pretrained), with every fine-tuning seed given.
+
+    python benchmarks/lineage.py [--minutes 10] [--seeds 0] [--out runs/bench-lineage]
+                                 [--models bert ulmfit elmo] [--tasks sst2 conll] [--starts pretrained random]
+
+ULMFiT's budget covers stages 1 and 2: general-domain pretraining for 80% of the minutes, then the LM
+fine-tuned on the SST-2 training sentences for the rest (the target-task text its paper uses); its
+CoNLL cell is empty. Fine-tuning uses each family's `bertforge finetune` defaults (ULMFiT's recipe
+for the AWD-LSTM, Adam at 1e-3 for the task model over ELMo, the rate by width for BERT) with the
+same epochs, batch and length for all. Held-out figures are each pretraining's own: BERT's masked-
+token loss, the recurrent models' next-word loss (ELMo: the mean of its two directions) on the
+held-out books; the vocabularies differ, so losses compare within a family only.
+
+Needs ../shared/data (developers and CI machines only). Not part of the tests. Commands are printed;
+results.json keeps every run as it comes and a later call skips what it holds; table.md gets the table.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+from family import DATA, records, run, subsets, workspace
+
+TASKS = {  # name: (--task, train, dev, metric, settings)
+    "sst2": ("sst2", "WORK/sst2-train-10k.tsv", "glue/SST-2/dev.tsv", "accuracy",
+             ["--epochs", "2", "--batch-size", "32", "--max-seq-length", "64"]),
+    "conll": ("ner", "WORK/conll-train-5k.txt", "conll2003/valid.txt", "f1",
+              ["--epochs", "3", "--batch-size", "32", "--max-seq-length", "128"]),
+}
+MODELS = {"bert": ["--objective", "bert"], "ulmfit": ["--objective", "awd-lstm"], "elmo": ["--objective", "elmo"]}
+CLASSIFIER_ONLY = {"ulmfit"}
+BERTFORGE = [sys.executable, "-m", "bertforge.cli"]
+
+
+def pretrain(name: str, corpus: str, work: str, minutes: float) -> dict:
+    """Pretrain `name` (ULMFiT: stages 1 and 2) within `minutes`; its figures."""
+    run_dir = os.path.join(work, name)
+    common = ["--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--seed", "0", "--quiet"]
+    stage1 = minutes * 0.8 if name == "ulmfit" else minutes
+    wall = run([*BERTFORGE, "pretrain", *MODELS[name], "--corpus", corpus, "--out", run_dir,
+                "--max-minutes", str(stage1), *common])
+    figures = figures_of(run_dir, name)
+    if name == "ulmfit":
+        text = os.path.join(work, "sst2-train-10k.txt")
+        with open(os.path.join(work, "sst2-train-10k.tsv"), encoding="utf-8") as f, \
+                open(text, "w", encoding="utf-8") as out:
+            out.writelines(line.split("\t")[0] + "\n" for line in list(f)[1:])
+        wall += run([*BERTFORGE, "pretrain", "--objective", "awd-lstm", "--init", os.path.join(run_dir, "model"),
+                     "--corpus", text, "--layout", "lines", "--out", run_dir + "-sst2",
+                     "--max-minutes", str(minutes - stage1), *common])
+        figures["target_lm"] = figures_of(run_dir + "-sst2", name)["held_out"]
+    figures["wall_minutes"] = round(wall, 1)
+    return figures
+
+
+def figures_of(run_dir: str, name: str) -> dict:
+    logged = records(run_dir)
+    train = [r for r in logged if "loss" in r]
+    with open(os.path.join(run_dir, "model", "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    return {"steps": train[-1]["step"], "pretrain_minutes": round(train[-1]["elapsed_s"] / 60, 1),
+            "tokens_per_s": round(float(np.mean([r["tokens_per_s"] for r in train[1:]]))),
+            "held_out": [r for r in logged if r.get("eval")][-1]["eval"], "parameters": parameters(run_dir),
+            "model_type": config["model_type"]}
+
+
+def parameters(run_dir: str) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    for name in ("model.safetensors", "bertforge_heads.safetensors"):
+        path = os.path.join(run_dir, "model", name)
+        if os.path.exists(path):
+            with safe_open(path, "pt") as f:
+                total += sum(np.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    return int(total)
+
+
+def random_init(pretrained: str, out: str, seed: int) -> None:
+    """The pretrained model's architecture and vocabulary, randomly initialised, never pretrained."""
+    code = ("import torch, shutil, os; from bertforge.config import load_config; from bertforge.formats import native; "
+            "from bertforge.formats.hf import save_pretrained; from bertforge.finetune import load_tokenizer; "
+            f"torch.manual_seed({seed}); config = load_config({pretrained!r}); tok = load_tokenizer({pretrained!r})\n"
+            "if config.model_type == 'awd-lstm':\n"
+            "    from bertforge.models.awd_lstm import AWDLSTMLanguageModel as M\n"
+            "elif config.model_type == 'elmo':\n"
+            "    from bertforge.models.elmo import ELMoLanguageModel as M\n"
+            "else:\n    M = None\n"
+            "if M is None:\n"
+            "    from bertforge.models import encoder; save_pretrained(encoder(config), "
+            f"{out!r}, tok)\n"
+            "else:\n"
+            f"    os.makedirs({out!r}, exist_ok=True); native.write(M(config), {out!r}, tok)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=10.0, help="pretraining budget of each model")
+    parser.add_argument("--out", default="runs/bench-lineage")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="fine-tuning seeds")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--starts", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
+    args = parser.parse_args()
+    corpus, work = workspace(args.out)
+    subsets(work)
+    saved = os.path.join(work, "results.json")
+    results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}
+
+    def keep():
+        with open(saved, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+
+    for name in args.models:
+        if f"{name} pretraining" not in results:
+            results[f"{name} pretraining"] = pretrain(name, corpus, work, args.minutes)
+            keep()
+        final = os.path.join(work, name + "-sst2" if name == "ulmfit" else name, "model")
+        for seed in args.seeds:
+            random_model = os.path.join(work, f"{name}-random-s{seed}")
+            if "random" in args.starts and not os.path.isdir(random_model):
+                random_init(final, random_model, seed)
+            for start, model in (("pretrained", final), ("random", random_model)):
+                if start not in args.starts:
+                    continue
+                for task in args.tasks:
+                    key = f"{name} {start} {task} seed={seed}"
+                    if key in results or (task == "conll" and name in CLASSIFIER_ONLY):
+                        continue
+                    kind, train_file, dev, metric, settings = TASKS[task]
+                    out = os.path.join(work, "finetune", f"{name}-{start}-s{seed}", task)
+                    minutes = run([*BERTFORGE, "finetune", "--task", kind, "--train", path(train_file, work),
+                                   "--dev", path(dev, work), "--model", model, "--out", out, "--seed", str(seed),
+                                   "--quiet", *settings])
+                    evals = [r["eval"] for r in records(out) if r.get("eval")]
+                    results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
+                    keep()
+    table = summary(results, args.tasks)
+    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+def path(name: str, work: str) -> str:
+    return os.path.join(work, name.removeprefix("WORK/")) if name.startswith("WORK/") else os.path.join(DATA, name)
+
+
+def held_out(pre: dict) -> str:
+    held = pre["held_out"]
+    if "mlm_loss" in held:
+        return f"masked-token loss {held['mlm_loss']:.2f} ({100 * held['mlm_accuracy']:.1f}%)"
+    if "forward_loss" in held:
+        loss = (held["forward_loss"] + held["backward_loss"]) / 2
+        return f"next-word loss {loss:.2f} (ppl {np.exp(loss):.0f}; fwd/bwd {held['forward_loss']:.2f}/" \
+               f"{held['backward_loss']:.2f})"
+    text = f"next-word loss {held['lm_loss']:.2f} (ppl {np.exp(held['lm_loss']):.0f})"
+    if "target_lm" in pre:
+        text += f"; on SST-2 text after stage 2: {pre['target_lm']['lm_loss']:.2f}"
+    return text
+
+
+def summary(results: dict, tasks: list[str]) -> str:
+    header = {"sst2": "SST-2 acc", "conll": "CoNLL F1"}
+    lines = ["| model | start | parameters | tokens/s | steps | held-out | "
+             + " | ".join(header[t] for t in tasks) + " |", "|---" * (6 + len(tasks)) + "|"]
+    for name in MODELS:
+        pre = results.get(f"{name} pretraining")
+        for start in ("pretrained", "random"):
+            cells = []
+            for task in tasks:
+                scores = [r["score"] for key, r in sorted(results.items()) if key.startswith(f"{name} {start} {task} ")]
+                each = "/".join(f"{s:.1f}" for s in scores)
+                cells.append(f"{np.mean(scores):.1f} ({each})" if scores else "-")
+            if not any(c != "-" for c in cells) and not pre:
+                continue
+            size = speed = steps = loss = "-"
+            if pre:
+                size = f"{pre['parameters'] / 1e6:.1f}M"
+            if pre and start == "pretrained":
+                speed, steps, loss = f"{pre['tokens_per_s']:,}", str(pre["steps"]), held_out(pre)
+            lines.append(f"| {name} | {start} | {size} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
