@@ -45,14 +45,19 @@ def pretrain(name: str, corpus: str, work: str, minutes: float) -> dict:
     run_dir = os.path.join(work, name)
     common = ["--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--seed", "0", "--quiet"]
     stage1 = minutes * 0.8 if name == "ulmfit" else minutes
-    wall = run([*BERTFORGE, "pretrain", *MODELS[name], "--corpus", corpus, "--out", run_dir,
-                "--max-minutes", str(stage1), *common])
+    if os.path.isdir(os.path.join(run_dir, "model")):  # kept from an earlier call that stopped later
+        wall = max(r.get("elapsed_s", 0) for r in records(run_dir)) / 60
+    else:
+        wall = run([*BERTFORGE, "pretrain", *MODELS[name], "--corpus", corpus, "--out", run_dir,
+                    "--max-minutes", str(stage1), *common])
     figures = figures_of(run_dir, name)
     if name == "ulmfit":
+        # the task's training sentences, each its own document (a blank line after it), so that
+        # 2% of them are held out
         text = os.path.join(work, "sst2-train-10k.txt")
         with open(os.path.join(work, "sst2-train-10k.tsv"), encoding="utf-8") as f, \
                 open(text, "w", encoding="utf-8") as out:
-            out.writelines(line.split("\t")[0] + "\n" for line in list(f)[1:])
+            out.writelines(line.split("\t")[0] + "\n\n" for line in list(f)[1:])
         wall += run([*BERTFORGE, "pretrain", "--objective", "awd-lstm", "--init", os.path.join(run_dir, "model"),
                      "--corpus", text, "--layout", "lines", "--out", run_dir + "-sst2",
                      "--max-minutes", str(minutes - stage1), *common])

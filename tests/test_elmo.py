@@ -233,3 +233,41 @@ def test_elmo_features_fine_tune_a_classifier_and_a_tagger(tmp_path):
                "--batch-size", "8", "--lr", "3e-3", "--quiet")
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "ner" / "model" / "eval_results.json").read_text())["f1"] >= 90
+
+
+def test_taglm_tags_with_and_without_the_lm_states(tmp_path):
+    docs = write_corpus(tmp_path / "corpus")
+    (tmp_path / "corpus.txt").write_text("\n\n".join(" ".join(d) for d in docs) + "\n")
+    run(tmp_path / "corpus.txt", tmp_path / "lm", 10)
+    model = str(tmp_path / "lm" / "model")
+    rng = np.random.default_rng(1)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    for name, n in (("train", 100), ("dev", 40)):
+        lines = []
+        for _ in range(n):
+            sentence = list(rng.choice(words, size=int(rng.integers(3, 8))))
+            for i, word in enumerate(sentence):
+                lines.append(f"{word} {'B-PER' if i and sentence[i - 1] == 'alpha' else 'O'}")
+            lines.append("")
+        (tmp_path / f"{name}.conll").write_text("\n".join(lines) + "\n")
+    for tagger in ("taglm", "taglm-baseline"):
+        out = tmp_path / tagger
+        done = cli("finetune", "--task", "ner", "--train", str(tmp_path / "train.conll"), "--dev",
+                   str(tmp_path / "dev.conll"), "--model", model, "--out", str(out), "--tagger", tagger,
+                   "--epochs", "6", "--batch-size", "8", "--lr", "3e-3", "--quiet")
+        assert done.returncode == 0, done.stderr
+        config = json.loads((out / "model" / "config.json").read_text())
+        assert config["bertforge_task"]["tagger"] == tagger and config["architectures"] == [
+            "TagLMForTokenClassification"]
+        assert json.loads((out / "model" / "eval_results.json").read_text())["f1"] >= 90
+        evaluated = cli("evaluate", "--model", str(out / "model"), "--data", str(tmp_path / "dev.conll"))
+        assert evaluated.returncode == 0, evaluated.stderr
+    # the baseline holds no LM states in its second layer's input
+    from safetensors.torch import load_file
+
+    with_lm = load_file(str(tmp_path / "taglm" / "model" / "model.safetensors"))["lstm2.weight_ih_l0"]
+    without = load_file(str(tmp_path / "taglm-baseline" / "model" / "model.safetensors"))["lstm2.weight_ih_l0"]
+    assert with_lm.shape[1] == without.shape[1] + 64  # + [forward; backward] of the biLM's top layer
+    done = cli("finetune", "--task", "sst2", "--train", "a.tsv", "--dev", "b.tsv", "--model", model, "--out",
+               str(tmp_path / "x"), "--tagger", "taglm")
+    assert done.returncode == 2 and "--tagger is for token tagging" in done.stderr

@@ -280,3 +280,15 @@ def test_cli_refuses_bert_flags_and_tagging(tmp_path):
                str(tmp_path / "x"), "--steps", "2", "--mask-prob", "0.2")
     assert done.returncode == 2 and "--mask-prob: not for --objective awd-lstm" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_vocabulary_of_another_size_is_refused(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    run(tmp_path / "corpus", tmp_path / "lm", 2)
+    model = tmp_path / "lm" / "model"
+    words = json.loads((model / "words.json").read_text())
+    words["words"].append("extra")
+    (model / "words.json").write_text(json.dumps(words))
+    done = cli("finetune", "--task", "sst2", "--train", "x.tsv", "--dev", "y.tsv", "--model", str(model), "--out",
+               str(tmp_path / "out"))
+    assert done.returncode == 2 and "words.json: " in done.stderr and "does not belong to this model" in done.stderr

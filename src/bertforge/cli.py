@@ -239,7 +239,7 @@ def cmd_finetune(args) -> None:
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
                       eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
                       max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                      crf=args.crf)
+                      crf=args.crf, tagger=args.tagger)
     best = result["best"]
     print(f"{result['status']} at step {result['step']}; best {options.select} {best['score']} at step "
           f"{best['step']}; model in {args.out}/model")
@@ -453,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--crf", action="store_true",
                       help="tagging: a linear-chain CRF over the words' tag scores, trained on whole tag paths "
                            "and decoded by Viterbi")
+    fine.add_argument("--tagger", choices=["taglm", "taglm-baseline"],
+                      help="tagging over an ELMo biLM: TagLM (its LM states joined after the first of two biLSTM "
+                           "layers, with a CRF), or the same tagger without LM states (default: ELMo's recipe, the "
+                           "frozen biLM mixed into a task biLSTM)")
     fine.add_argument("--max-seq-length", type=int,
                       help="tokens per example, longer ones are cut (default: 128; 256 for tagging; 384 for qa)")
     mc = fine.add_argument_group("multiple choice")

@@ -37,8 +37,10 @@ ULMFIT_DROPOUTS = {"output_p": 0.2, "hidden_p": 0.15, "input_p": 0.2, "embed_p":
 def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
              classifier_dropout: float | None = None, eval_every: int | None = None,
              options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None,
-             max_train_samples: int | None = None, max_eval_samples: int | None = None, crf: bool = False) -> dict:
-    """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory) for `task`: a task
+             max_train_samples: int | None = None, max_eval_samples: int | None = None, crf: bool = False,
+             tagger: str | None = None) -> dict:
+    """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory, an AWD-LSTM for
+    ULMFiT's classifier, or an ELMo biLM whose frozen features feed a task biLSTM) for `task`: a task
     made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
 
     Evaluates on `dev_file` every epoch (or `eval_every` steps) and keeps the best model by the
@@ -48,7 +50,9 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
     `max_train_samples` / `max_eval_samples` keep only the first examples of each file (as
     `transformers`' example scripts), for quick runs. `crf` (token tagging only) puts a linear-chain
-    CRF over the words' tag scores: trained on whole tag paths, predicting by Viterbi.
+    CRF over the words' tag scores: trained on whole tag paths, predicting by Viterbi. `tagger`
+    (tagging over an ELMo biLM): "taglm" for TagLM (the LM's states joined inside a two-layer
+    biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them.
     """
     if isinstance(task, str):
         from .tasks import make_task
@@ -58,6 +62,12 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         if task.family != "ner":
             raise BertforgeError(f"a CRF is for token tagging (task ner or tagging), not the {task.name} task")
         task.crf = True
+    if tagger is not None:
+        if task.family != "ner":
+            raise BertforgeError(f"--tagger is for token tagging (task ner or tagging), not the {task.name} task")
+        if tagger not in ("taglm", "taglm-baseline"):
+            raise BertforgeError(f"unknown tagger {tagger!r}; choose taglm or taglm-baseline")
+        task.tagger, task.crf = tagger, True  # TagLM decodes with a CRF
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
                         ("eval_every", eval_every), ("lm_weight", lm_weight), ("max_train_samples", max_train_samples),
                         ("max_eval_samples", max_eval_samples)):
@@ -134,6 +144,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
                   "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight}
     if getattr(task, "crf", False):
         run_config["crf"] = True
+    if getattr(task, "tagger", None):
+        run_config["tagger"] = task.tagger
     return train(net, data, options, tokenizer, run_config, resume, evaluator)
 
 
@@ -167,17 +179,17 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
     """A fine-tuned model, its task and tokenizer, as saved by `finetune`."""
     config = read_config(directory)
     task = task_from_config(config, os.path.join(directory, "config.json"))
-    cls = type(task.build_model(config))
-    if config.model_type in native.NATIVE_TYPES:
-        model = native.load_model(cls, directory, device)
+    if config.model_type in native.NATIVE_TYPES:  # built as the task builds it (TagLM with or without LM states)
+        model = native.load_model(task.build_model, directory, device)
     else:
-        model = load_pretrained(directory, cls=cls, device=device)
+        model = load_pretrained(directory, cls=type(task.build_model(config)), device=device)
     return model.eval(), task, load_tokenizer(directory)
 
 
 def load_tokenizer(directory: str):
     """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`)."""
     if os.path.exists(os.path.join(directory, WORDS_FILE)):
+        native.check_words(directory, read_config(directory))
         return WordVocab.from_pretrained(directory)
     return Tokenizer.from_pretrained(directory)
 

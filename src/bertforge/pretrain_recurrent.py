@@ -1,8 +1,10 @@
-"""Pretraining BERT's recurrent ancestors: AWD-LSTM language models (ULMFiT's stages 1 and 2).
+"""Pretraining BERT's recurrent ancestors: AWD-LSTM language models (ULMFiT's stages 1 and 2) and
+ELMo's character-aware biLM.
 
-corpus -> word vocabulary -> documents of word ids -> BPTT streams -> AWD-LSTM + AR/TAR -> the loop.
+corpus -> word vocabulary -> documents of word ids -> BPTT streams -> AWD-LSTM + AR/TAR, or the
+biLM over a forward and a reversed stream -> the loop.
 
-Stage 1 is general-domain pretraining. Stage 2 (`init`: a stage-1 model) fine-tunes that language
+ULMFiT's stage 1 is general-domain pretraining. Stage 2 (`init`: a stage-1 model) fine-tunes that language
 model on the target task's own text: the vocabulary is learned on the new text and matched to the
 old one (a word both know keeps its embedding and decoder bias; a new word starts at their means,
 as ULMFiT does), and training uses discriminative rates (each layer down learns 2.6x slower) with
@@ -43,15 +45,16 @@ class Optimisation:
 
 
 # Stage 1: Adam with ULMFiT's low beta1 and a one-cycle schedule (fastai's fit_one_cycle: a quarter
-# rising, then a cosine down), clipping at AWD-LSTM's 0.25. Stage 2: ULMFiT's target-task LM
-# fine-tuning (section 3.2 and its released scripts): peak 4e-3 at the top layer, / 2.6 per layer
-# down, slanted triangular rates with a 10% rise, betas (0.7, 0.99).
+# rising, then a cosine down), clipping at AWD-LSTM's 0.25.
 PRETRAINING = Optimisation(lr=3e-3, betas=(0.8, 0.99), schedule="one-cycle", warmup=0.25, clip=0.25)
-# ELMo's biLM: bilm-tf trains with Adagrad at 0.2 over 10 epochs of a billion words, clipping at 10;
-# our one loop is AdamW's, at a rate measured to learn on CPU budgets, with a cosine.
-BILM = Optimisation(lr=2e-3, betas=(0.9, 0.999), schedule="one-cycle", warmup=0.1, clip=10.0)
+# Stage 2: ULMFiT's target-task LM fine-tuning (section 3.2 and its released scripts): peak 4e-3 at
+# the top layer, / 2.6 per layer down, slanted triangular rates with a 10% rise, betas (0.7, 0.99).
 LM_FINETUNING = Optimisation(lr=4e-3, betas=(0.7, 0.99), schedule="slanted", warmup=0.1, clip=0.25,
                              layer_decay=1 / 2.6)
+# ELMo's biLM: bilm-tf trains with Adagrad at 0.2 over 10 epochs of a billion words, clipping at 10;
+# our one loop is AdamW's: 2e-3 with a cosine, the order of rate our other small models train at
+# (not tuned for ELMo yet), bilm-tf's clipping.
+BILM = Optimisation(lr=2e-3, betas=(0.9, 0.999), schedule="one-cycle", warmup=0.1, clip=10.0)
 
 
 def default_options(out: str, init: str | None, objective: str = "awd-lstm", **given) -> TrainOptions:
@@ -177,6 +180,10 @@ def elmo_documents(files: list[str], vocab: WordVocab, max_characters: int, layo
 
     documents = read_documents(files, encode, [], layout, text_field, show_progress)
     words = list(index)
+    cut = [w for w in words if len(w.encode("utf-8")) > max_characters - 2]
+    if cut and show_progress:
+        print(f"{len(cut):,} distinct words are longer than {max_characters - 2} bytes: the model reads their first "
+              f"{max_characters - 2} (e.g. {cut[0][:60]!r})", flush=True)
     chars = torch.tensor([word_characters(w, max_characters) for w in words], dtype=torch.int16)  # (W, C)
     targets = torch.tensor([vocab.bos_id, vocab.eos_id] + vocab.ids_of(words[2:]))  # (W,)
 

@@ -26,9 +26,8 @@ from ..training.atomic import atomic_file
 
 FILE = "words.json"
 UNK, PAD, BOS, EOS = "xxunk", "xxpad", "xxbos", "xxeos"
-FIELD = "xxfld"
-SPECIALS = (UNK, PAD, BOS, EOS, FIELD)  # ids 0-4 in every vocabulary (fastai's order: pad is 1); xxfld
-# stands between the two texts of a pair
+FIELD = "xxfld"  # between the two texts of a pair
+SPECIALS = (UNK, PAD, BOS, EOS, FIELD)  # ids 0-4 in every vocabulary (pad is 1, as fastai's)
 RULE_TOKENS = ("xxrep", "xxwrep", "xxup", "xxmaj")
 
 # ELMo's characters (AllenNLP's ELMoCharacterMapper): bytes are 0-255, then these marks; every id is

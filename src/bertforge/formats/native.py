@@ -50,11 +50,26 @@ def write(model: nn.Module, directory: str, tokenizer=None) -> None:
         tokenizer.save_pretrained(directory)
 
 
+def check_words(directory: str, config) -> None:
+    """A word vocabulary of another size than the model's softmax and embeddings would index past
+    them, or leave rows that mean nothing: refused, naming the file."""
+    path = os.path.join(directory, "words.json")
+    if not os.path.exists(path):
+        return
+    from ..data.words import WordVocab
+
+    size = WordVocab.from_pretrained(directory).vocab_size
+    if size != config.vocab_size:
+        raise BertforgeError(f"{path}: {size:,} words, but {os.path.join(directory, 'config.json')} has "
+                             f"vocab_size={config.vocab_size:,}; the vocabulary does not belong to this model")
+
+
 def load(model: nn.Module, directory: str) -> None:
     """Copy the weights written by `write` into `model`, naming every missing, unexpected or
     mis-shaped tensor."""
     from .hf import _read_safetensors, load_state
 
+    check_words(directory, read_config(directory))
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
@@ -69,6 +84,7 @@ def load_encoder(model: nn.Module, directory: str) -> None:
     task starts from a language model with a fresh head."""
     from .hf import _read_safetensors, load_state
 
+    check_words(directory, read_config(directory))
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
@@ -92,8 +108,8 @@ def read_config(directory: str):
     return config
 
 
-def load_model(cls, directory: str, device: str | torch.device = "cpu", **options) -> nn.Module:
-    """A `cls(config, **options)` built from the directory's config and loaded with its weights."""
-    model = cls(read_config(directory), **options)
+def load_model(build, directory: str, device: str | torch.device = "cpu") -> nn.Module:
+    """`build(config)` (a model class, or a task's builder) from the directory's config, loaded with its weights."""
+    model = build(read_config(directory))
     load(model, directory)
     return model.to(device)

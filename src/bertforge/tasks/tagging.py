@@ -60,6 +60,10 @@ class TaggingTask:
     family: str = "ner"
     regression: bool = False
     crf: bool = False  # a CRF over the words' tag scores, trained on whole paths and decoded by Viterbi
+    # over an ELMo biLM: None (ELMo's recipe: the frozen biLM mixed into a task biLSTM), "taglm"
+    # (TagLM: the LM's top states joined after the first of two biLSTM layers, a CRF), or
+    # "taglm-baseline" (the same tagger without the LM states)
+    tagger: str | None = None
 
     def read(self, path: str, with_labels: bool | str = True) -> list[dict]:
         """Sentences {words, tags, where, lines}. Every line of a file must have the same number of
@@ -185,11 +189,17 @@ class TaggingTask:
         return [[f["labels"][f["first_piece"][w]] for w in sorted(f["first_piece"])] for f in features]
 
     def build_model(self, config: BertConfig) -> "TokenClassifier":
+        if self.tagger is not None and config.model_type != "elmo":
+            raise BertforgeError(f"--tagger {self.tagger} reads the states of a biLM: give an ELMo model "
+                                 "(pretrain --objective elmo)")
         if config.model_type == "elmo":
-            if self.crf:
-                raise BertforgeError("--crf is for BERT-family taggers; an ELMo tagger predicts each word on its own")
-            from .elmo_features import ELMoTagger
+            from .elmo_features import ELMoTagger, TagLMTagger
 
+            if self.tagger in ("taglm", "taglm-baseline"):
+                return TagLMTagger(config, lm_states=self.tagger == "taglm")
+            if self.crf:
+                raise BertforgeError("--crf is for BERT-family taggers and TagLM (--tagger taglm); ELMo's recipe "
+                                     "tags each word on its own")
             return ELMoTagger(config)
         return CRFTokenClassifier(config) if self.crf else TokenClassifier(config)
 
@@ -198,6 +208,8 @@ class TaggingTask:
         config = finetuned_config(config, self, drop=("problem_type",), id2label=dict(enumerate(names)), **extra)
         if not self.crf:  # the saved task of a model without a CRF stays as it was before the option
             config.bertforge_task.pop("crf")
+        if self.tagger is None:
+            config.bertforge_task.pop("tagger")
         return config
 
     def predict(self, model, features: list[dict], batch_size: int = 64) -> list[list[int]]:

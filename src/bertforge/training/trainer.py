@@ -234,6 +234,10 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                     f"the loss became {step_loss} at step {step + 1}; stopped without updating the weights. "
                     + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
                     + "Lower the learning rate (--lr) or use --precision fp32.")
+            for group in optimizer.param_groups:  # still frozen (gradual unfreezing): no update, no Adam
+                if step < group.get("unfreeze_at", 0):  # moments, and no share of the clipping norm
+                    for p in group["params"]:
+                        p.grad = None
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip or float("inf"))
             if not scaler.is_enabled() and not torch.isfinite(grad_norm):  # a bf16 overflow in the backward pass
