@@ -57,8 +57,10 @@ def chunk_length(bptt: int, seed: int, epoch: int, offset: int) -> int:
 class LMStreams:
     """The training and held-out streams of a corpus's documents (see the module's docstring).
 
-    `backwards` reverses every document (ULMFiT's backward model reads right to left). With several
-    processes each takes its own `batch_size` rows of the stream."""
+    `backwards` reverses every document (ULMFiT's backward model reads right to left); `variable`
+    draws AWD-LSTM's chunk lengths (else every chunk is `bptt` long); `bidirectional` adds the
+    reversed stream ELMo's backward LSTMs read; `encode` turns each batch into the model's inputs
+    (ELMo: characters and softmax ids). With several processes each takes its own `batch_size` rows."""
 
     def __init__(self, documents: list[np.ndarray], batch_size: int, bptt: int, seed: int = 0,
                  eval_fraction: float = 0.02, rank: int = 0, world: int = 1, accum: int = 1,
