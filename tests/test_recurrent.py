@@ -292,3 +292,15 @@ def test_a_vocabulary_of_another_size_is_refused(tmp_path):
     done = cli("finetune", "--task", "sst2", "--train", "x.tsv", "--dev", "y.tsv", "--model", str(model), "--out",
                str(tmp_path / "out"))
     assert done.returncode == 2 and "words.json: " in done.stderr and "does not belong to this model" in done.stderr
+
+
+def test_a_large_vocabulary_trains_through_a_sampled_softmax_by_default(tmp_path):
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(9000)]
+    text = " ".join(rng.permutation(words * 2).tolist())
+    (tmp_path / "big.txt").write_text("\n\n".join(text[i:i + 2000] for i in range(0, len(text), 2000)) + "\n")
+    run(tmp_path / "big.txt", tmp_path / "auto", 1, layout="lines")
+    run(tmp_path / "big.txt", tmp_path / "full", 1, layout="lines", sampled_softmax=0)
+    auto = json.loads((tmp_path / "auto" / "run_config.json").read_text())
+    full = json.loads((tmp_path / "full" / "run_config.json").read_text())
+    assert auto["words"] > 8192 and auto["sampled_words"] == 2048 and full["sampled_words"] is None

@@ -423,7 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     rnn.add_argument("--dropout-scale", type=float, default=1.0,
                      help="awd-lstm: multiplies its five dropouts (fastai's drop_mult)")
     rnn.add_argument("--sampled-softmax", type=int, help="train with a sampled softmax of this many words drawn "
-                     "per batch (ELMo's; the held-out loss stays the full softmax's); default: the full softmax")
+                     "per batch (the held-out loss stays the full softmax's); 0: the full softmax; default: 2048 "
+                     "for awd-lstm over a vocabulary of more than 8,192 words (3x faster learning, measured), else "
+                     "the full softmax")
     log = pre.add_argument_group("logging and checkpoints")
     log.add_argument("--log-every", type=int, default=10, help="steps between metric records")
     log.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations (0: end only)")

@@ -31,6 +31,11 @@ from .objectives import BiLMPretraining, RecurrentLMPretraining
 from .training.trainer import TrainOptions, distributed_setup, latest_checkpoint, train
 
 RECURRENT_OBJECTIVES = ("awd-lstm", "elmo")
+# AWD-LSTM trains through a sampled softmax of this many words by default when its vocabulary is
+# over 4x larger: measured on the Gutenberg corpus (44,609 words), 3 minutes give 177 steps and a
+# held-out loss of 6.22 (12.7% of next words) against 54 steps and 6.58 (8.0%) with the full
+# softmax, which needs 10 minutes to reach 6.23. The held-out loss is always the full softmax's.
+SAMPLED_WORDS = 2048
 DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
 
 
@@ -84,7 +89,8 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     streams (64; ELMo 32). AWD-LSTM only: `backwards` trains on reversed text (ULMFiT's backward
     model), `dropout_scale` multiplies the five dropouts (fastai's drop_mult), `ar`, `tar` weigh
     the activation regularisers. `sampled_softmax` trains with a sampled softmax of that many words
-    (`losses.sampled_softmax_loss`; held-out losses stay the full softmax's). Without `options`, the
+    (`losses.sampled_softmax_loss`; held-out losses stay the full softmax's); 0 is the full softmax,
+    None the default: `SAMPLED_WORDS` for AWD-LSTM over a large vocabulary, else the full one. Without `options`, the
     objective's and stage's optimisation (`default_options`). Returns the trainer's summary.
     """
     if objective not in RECURRENT_OBJECTIVES:
@@ -100,8 +106,9 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
             raise BertforgeError(f"{name} must be a positive integer, got {value!r}")
     if not 0 <= dropout_scale < 10 or ar < 0 or tar < 0:
         raise BertforgeError("dropout_scale must be in [0, 10), ar and tar at least 0")
-    if sampled_softmax is not None and (not isinstance(sampled_softmax, int) or sampled_softmax < 1):
-        raise BertforgeError(f"sampled_softmax must be a positive number of words, got {sampled_softmax!r}")
+    if sampled_softmax is not None and (not isinstance(sampled_softmax, int) or sampled_softmax < 0):
+        raise BertforgeError(f"sampled_softmax must be a number of words (0: the full softmax), "
+                             f"got {sampled_softmax!r}")
     if elmo and (init or backwards):
         raise BertforgeError("ELMo's biLM reads both directions and starts fresh: drop --init and --backwards")
     if init and preset:
@@ -142,7 +149,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
                          variable=False, source=source, bidirectional=True, encode=encode)
         torch.manual_seed(options.seed)
-        model = BiLMPretraining(config, sampled_softmax)
+        model = BiLMPretraining(config, sampled_softmax or None)
     else:
         documents = read_documents(files, lambda text, _: vocab.encode(text), [vocab.bos_id], layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
@@ -155,10 +162,11 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
             config = awd_lstm_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id,
                                      backwards=backwards, **dropouts)
         torch.manual_seed(options.seed)
-        model = RecurrentLMPretraining(config, ar, tar, sampled_softmax)
+        sampled = SAMPLED_WORDS if sampled_softmax is None and vocab.vocab_size > 4 * SAMPLED_WORDS else sampled_softmax
+        model = RecurrentLMPretraining(config, ar, tar, sampled or None)
         if start is not None and not resume:
             match_vocabulary(model, init, vocab)
-    facts = {"model": config.to_dict(), "train_documents": len(data.train_documents),
+    facts = {"model": config.to_dict(), "sampled_words": model.sampled, "train_documents": len(data.train_documents),
              "eval_documents": len(data.eval_documents), "words": vocab.vocab_size,
              "train_words": int(sum(len(d) for d in data.train_documents))}
     return train(model, data, options, vocab, {**run_config, **facts}, resume)
