@@ -66,19 +66,22 @@ def test_projected_lstm_clips_cell_and_projection():
     assert torch.allclose(got[:, 0], hidden, atol=1e-7) and torch.allclose(c1, cell, atol=1e-7)
 
 
-def test_highway_is_its_formula():
+def test_character_encoder_is_its_formula():
+    """Convolutions max-pooled then ReLU, highway y = g * x + (1 - g) * relu(n) with g = sigmoid of
+    the gate half (its bias starting at 1: carrying), then the projection, written out by hand."""
     torch.manual_seed(0)
     encoder = ELMo(elmo_preset("elmo-tiny", vocab_size=20)).embeddings
-    h = torch.randn(3, sum(n for _, n in elmo_preset("elmo-tiny").filters))
-    nonlinear, gate = encoder.highways[0](h).chunk(2, -1)
-    g = torch.sigmoid(gate)
-    expected = g * h + (1 - g) * torch.relu(nonlinear)
-    layer = encoder.highways[0]
+    chars = torch.tensor([[word_characters(w) for w in ("<S>", "ab", "cde", "</S>")]])  # (1, 4, 50)
+    x = encoder.embedding(chars[0]).transpose(1, 2)  # (4, E, 50)
+    h = torch.cat([torch.relu(conv(x).max(-1).values) for conv in encoder.convs], dim=-1)  # (4, F)
     width = h.shape[1]
-    by_hand = torch.sigmoid(h @ layer.weight[width:].t() + layer.bias[width:])
-    assert torch.allclose(g, by_hand, atol=1e-6)
-    assert torch.allclose(layer.bias[width:], torch.ones(width))  # starts carrying its input
-    assert expected.shape == h.shape
+    layer = encoder.highways[0]
+    assert torch.equal(layer.bias[width:], torch.ones(width))
+    nonlinear = h @ layer.weight[:width].t() + layer.bias[:width]
+    gate = torch.sigmoid(h @ layer.weight[width:].t() + layer.bias[width:])
+    h = gate * h + (1 - gate) * torch.relu(nonlinear)
+    expected = encoder.projection(h)  # (4, P)
+    assert torch.allclose(encoder(chars)[0], expected, atol=1e-6)
 
 
 def test_elmo_layers_do_not_see_padding_and_the_backward_lstm_reads_right_to_left():
@@ -203,6 +206,19 @@ def classification_files(tmp_path, rng):
         (tmp_path / f"{name}.tsv").write_text("\n".join(rows) + "\n")
 
 
+def tagging_files(tmp_path, rng, train: int, dev: int = 40):
+    """train.conll and dev.conll where the word after "alpha" is a name: the tag needs the word before."""
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    for name, n in (("train", train), ("dev", dev)):
+        lines = []
+        for _ in range(n):
+            sentence = list(rng.choice(words, size=int(rng.integers(3, 8))))
+            for i, word in enumerate(sentence):
+                lines.append(f"{word} {'B-PER' if i and sentence[i - 1] == 'alpha' else 'O'}")
+            lines.append("")
+        (tmp_path / f"{name}.conll").write_text("\n".join(lines) + "\n")
+
+
 def test_elmo_features_fine_tune_a_classifier_and_a_tagger(tmp_path):
     docs = write_corpus(tmp_path / "corpus")  # the classifier's words, capitalised at the start of a sentence
     (tmp_path / "corpus.txt").write_text("\n\n".join(" ".join(d) for d in docs) + "\n")
@@ -218,16 +234,7 @@ def test_elmo_features_fine_tune_a_classifier_and_a_tagger(tmp_path):
     assert scores["accuracy"] >= 90  # chance: 50
     evaluated = cli("evaluate", "--model", str(tmp_path / "cls" / "model"), "--data", str(tmp_path / "dev.tsv"))
     assert evaluated.returncode == 0 and json.loads(evaluated.stdout)["accuracy"] == scores["accuracy"]
-    # tagging: the word after "alpha" is a name (the tag needs the word before)
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-    for name, n in (("train", 120), ("dev", 40)):
-        lines = []
-        for _ in range(n):
-            sentence = list(rng.choice(words, size=int(rng.integers(3, 8))))
-            for i, word in enumerate(sentence):
-                lines.append(f"{word} {'B-PER' if i and sentence[i - 1] == 'alpha' else 'O'}")
-            lines.append("")
-        (tmp_path / f"{name}.conll").write_text("\n".join(lines) + "\n")
+    tagging_files(tmp_path, rng, train=120)
     done = cli("finetune", "--task", "ner", "--train", str(tmp_path / "train.conll"), "--dev",
                str(tmp_path / "dev.conll"), "--model", model, "--out", str(tmp_path / "ner"), "--epochs", "6",
                "--batch-size", "8", "--lr", "3e-3", "--quiet")
@@ -240,16 +247,7 @@ def test_taglm_tags_with_and_without_the_lm_states(tmp_path):
     (tmp_path / "corpus.txt").write_text("\n\n".join(" ".join(d) for d in docs) + "\n")
     run(tmp_path / "corpus.txt", tmp_path / "lm", 10)
     model = str(tmp_path / "lm" / "model")
-    rng = np.random.default_rng(1)
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-    for name, n in (("train", 100), ("dev", 40)):
-        lines = []
-        for _ in range(n):
-            sentence = list(rng.choice(words, size=int(rng.integers(3, 8))))
-            for i, word in enumerate(sentence):
-                lines.append(f"{word} {'B-PER' if i and sentence[i - 1] == 'alpha' else 'O'}")
-            lines.append("")
-        (tmp_path / f"{name}.conll").write_text("\n".join(lines) + "\n")
+    tagging_files(tmp_path, np.random.default_rng(1), train=100)
     for tagger in ("taglm", "taglm-baseline"):
         out = tmp_path / tagger
         done = cli("finetune", "--task", "ner", "--train", str(tmp_path / "train.conll"), "--dev",

@@ -251,11 +251,16 @@ class SequenceClassifier(nn.Module):
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         logits, hidden = self._logits(batch)
-        logits, labels = logits.float(), batch["labels"]
-        if self.regression:
-            return {"mse": F.mse_loss(logits, labels, reduction="sum"), **auxiliary_lm(self, hidden, batch)}, {}
-        return ({"cls": F.cross_entropy(logits, labels, reduction="sum"), **auxiliary_lm(self, hidden, batch)},
-                {"cls": (logits.argmax(-1) == labels).sum()})
+        losses, correct = classification_losses(logits, batch["labels"], self.regression)
+        return {**losses, **auxiliary_lm(self, hidden, batch)}, correct
+
+
+def classification_losses(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> tuple[dict, dict]:
+    """Every classifier's loss terms (summed, in fp32) and correct counts: `mse` for regression, else `cls`."""
+    logits = logits.float()
+    if regression:
+        return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
+    return {"cls": F.cross_entropy(logits, labels, reduction="sum")}, {"cls": (logits.argmax(-1) == labels).sum()}
 
 
 class RecurrentClassifier(nn.Module):
@@ -293,10 +298,7 @@ class RecurrentClassifier(nn.Module):
         return logits.squeeze(-1) if self.regression else logits
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        logits, labels = self.logits(batch).float(), batch["labels"]
-        if self.regression:
-            return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
-        return {"cls": F.cross_entropy(logits, labels, reduction="sum")}, {"cls": (logits.argmax(-1) == labels).sum()}
+        return classification_losses(self.logits(batch), batch["labels"], self.regression)
 
 
 # The GLUE tasks as the GLUE distribution lays them out (Wang et al., 2019), with their metrics;

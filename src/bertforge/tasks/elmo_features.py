@@ -84,10 +84,9 @@ class ELMoClassifier(ELMoTaskModel):
         return logits.squeeze(-1) if self.regression else logits
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        logits, labels = self.logits(batch).float(), batch["labels"]
-        if self.regression:
-            return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
-        return {"cls": F.cross_entropy(logits, labels, reduction="sum")}, {"cls": (logits.argmax(-1) == labels).sum()}
+        from .classification import classification_losses
+
+        return classification_losses(self.logits(batch), batch["labels"], self.regression)
 
 
 class ELMoTagger(ELMoTaskModel):
