@@ -401,3 +401,22 @@ def test_a_kill_at_any_rename_leaves_a_run_that_resumes_exactly(tmp_path):
                         or ".pruned" in name], (n, os.listdir(folder))
         assert [(r["step"], r["loss"]) for r in read_metrics(str(out)) if "loss" in r] == expected, n
         assert read_config(str(out / "model")).vocab_size == read_config(str(reference / "model")).vocab_size
+
+
+def test_written_directories_get_the_umasks_ordinary_permissions(tmp_path):
+    # safetensors writes 0600 and mkdtemp makes 0700: a saved model must be readable like any other file
+    from safetensors.torch import save_file
+
+    from bertforge.training.atomic import atomic_directory
+
+    umask = os.umask(0o022)
+    try:
+        with atomic_directory(str(tmp_path / "model")) as tmp:
+            save_file({"w": torch.zeros(2)}, os.path.join(tmp, "model.safetensors"))
+            os.mkdir(os.path.join(tmp, "sub"), 0o700)
+            save_file({"w": torch.zeros(2)}, os.path.join(tmp, "sub", "inner.safetensors"))
+    finally:
+        os.umask(umask)
+    modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes == {"model": 0o755, "model/model.safetensors": 0o644, "model/sub": 0o755,
+                     "model/sub/inner.safetensors": 0o644}

@@ -178,11 +178,29 @@ def cmd_serve(args) -> None:
 
 
 def cmd_export(args) -> None:
+    if args.format == "allennlp":
+        from .formats.allennlp import export_allennlp
+
+        report = export_allennlp(args.model, args.out)
+        print(f"wrote {args.out}: options.json, weights.hdf5 ({report['datasets']} datasets, the softmax included) "
+              f"and vocab.txt ({report['words']:,} words)")
+        return
     from .formats.onnx import export_onnx
 
     report = export_onnx(args.model, args.out, opset=args.opset, check=not args.no_check)
     print(f"wrote {args.out}: inputs {', '.join(report['inputs'])}; outputs {', '.join(report['outputs'])}"
           + (f"; onnxruntime agrees to {report['max_difference']:.1e}" if "max_difference" in report else ""))
+
+
+def cmd_import_allennlp(args) -> None:
+    from .formats.allennlp import import_allennlp
+
+    report = import_allennlp(args.options, args.weights, args.out, args.vocab)
+    c = report["config"]
+    print(f"wrote {args.out}: ELMo, {c.n_layers} x {c.cell_size} cells projected to {c.projection_dim}, "
+          + (f"its softmax over {c.vocab_size - 2:,} words" if report["softmax"] else
+             "no softmax in the file (features and embeddings only; its language-model loss means nothing "
+             "until trained)"))
 
 
 def cmd_generate(args) -> None:
@@ -566,15 +584,25 @@ def build_parser() -> argparse.ArgumentParser:
                          "arrive while a call runs share the next one; a lone request never waits)")
     sv.set_defaults(func=cmd_serve)
 
-    ex = commands.add_parser("export", help="write a model as an ONNX file (every head; dynamic batch and length)",
-                             formatter_class=HelpFormatter)
-    ex.add_argument("model", help="a BERT-family directory, pretrained or fine-tuned")
-    ex.add_argument("out", help="the .onnx file to write")
-    ex.add_argument("--format", choices=["onnx"], default="onnx", help="the export format")
+    ex = commands.add_parser("export", help="write a model as an ONNX file (every head; dynamic batch and length), "
+                             "or an ELMo in AllenNLP's format", formatter_class=HelpFormatter)
+    ex.add_argument("model", help="a BERT-family directory, pretrained or fine-tuned (onnx); an ELMo (allennlp)")
+    ex.add_argument("out", help="the .onnx file to write; for allennlp, a directory for options.json, "
+                    "weights.hdf5 and vocab.txt")
+    ex.add_argument("--format", choices=["onnx", "allennlp"], default="onnx", help="the export format")
     ex.add_argument("--opset", type=int, default=18, help="ONNX opset version")
     ex.add_argument("--no-check", action="store_true",
                     help="skip running the file in onnxruntime and comparing it with the model")
     ex.set_defaults(func=cmd_export)
+
+    imp = commands.add_parser("import-allennlp", help="read an ELMo in AllenNLP's format (options.json + "
+                              "weights.hdf5) into a bertforge directory", formatter_class=HelpFormatter)
+    imp.add_argument("options", help="the model's options.json")
+    imp.add_argument("weights", help="its weights.hdf5")
+    imp.add_argument("out", help="the directory to write")
+    imp.add_argument("--vocab", help="bilm-tf's vocabulary file (<S>, </S>, <UNK>, then a word per line): needed "
+                     "when the weights hold a softmax, and gives the words the language model predicts")
+    imp.set_defaults(func=cmd_import_allennlp)
 
     gen = commands.add_parser("generate", help="continue a prompt with a left-to-right language model (GPT-1)",
                               formatter_class=HelpFormatter)

@@ -125,10 +125,15 @@ def _fsync_directory(directory: str) -> None:
 
 def _fsync_tree(directory: str) -> None:
     # Data must be on disk before the rename makes it visible, or a power cut could expose
-    # a directory of empty files under the final name.
+    # a directory of empty files under the final name. Writers inside (safetensors, mkdtemp)
+    # leave 0600 / 0700: everything gets the umask's ordinary permissions.
     for name in os.listdir(directory):
         full = os.path.join(directory, name)
-        if os.path.isfile(full):
+        if os.path.isdir(full) and not os.path.islink(full):
+            _fsync_tree(full)
+            _ordinary_permissions(full, directory=True)
+        elif os.path.isfile(full) and not os.path.islink(full):
             with open(full, "rb") as f:
                 os.fsync(f.fileno())
+            _ordinary_permissions(full, directory=False)
     _fsync_directory(directory)
