@@ -1,20 +1,28 @@
 """BERT and its recurrent ancestors side by side at equal compute: ELMo (frozen biLM features mixed into
-a task biLSTM), ULMFiT (AWD-LSTM, its three stages) and BERT (the small-budget recipe), each
-pretrained for the same wall-clock minutes on the same Gutenberg corpus, then fine-tuned on SST-2
-(10k training sentences, the full dev set) and CoNLL-2003 (5k training sentences, the full valid
-set; ULMFiT is a classifier only), each also from a random initialisation (the same architecture
+a task biLSTM), TagLM (the LM's states inside a biLSTM-CRF tagger), ULMFiT (AWD-LSTM, its three
+stages, forward and backward and their ensemble) and BERT (the small-budget recipe), each pretrained
+for the same wall-clock minutes on the same Gutenberg corpus, then fine-tuned on SST-2 (10k training
+sentences, the full dev set) and CoNLL-2003 (5k training sentences, the full valid set; ULMFiT is a
+classifier only, TagLM a tagger only), each also from a random initialisation (the same architecture
 never pretrained), with every fine-tuning seed given.
 
-    python benchmarks/lineage.py [--minutes 10] [--seeds 0] [--out runs/bench-lineage]
-                                 [--models bert ulmfit elmo] [--tasks sst2 conll] [--starts pretrained random]
+    python benchmarks/lineage.py [--minutes 10] [--seeds 0 1] [--out runs/bench-lineage]
+                                 [--models bert ulmfit ulmfit-bwd elmo] [--tasks sst2 conll]
+                                 [--starts pretrained random]
 
 ULMFiT's budget covers stages 1 and 2: general-domain pretraining for 80% of the minutes, then the LM
-fine-tuned on the SST-2 training sentences for the rest (the target-task text its paper uses); its
-CoNLL cell is empty. Fine-tuning uses each family's `bertforge finetune` defaults (ULMFiT's recipe
-for the AWD-LSTM, Adam at 1e-3 for the task model over ELMo, the rate by width for BERT) with the
-same epochs, batch and length for all. Held-out figures are each pretraining's own: BERT's masked-
-token loss, the recurrent models' next-word loss (ELMo: the mean of its two directions) on the
-held-out books; the vocabularies differ, so losses compare within a family only.
+fine-tuned on the SST-2 training sentences for the rest (the target-task text its paper uses). Its
+backward model (`ulmfit-bwd`, the LM reading right to left) gets the same minutes again, so the
+forward + backward ensemble (the mean of the two classifiers' probabilities, `bertforge evaluate
+--model FWD BWD`) costs twice the compute of any other row. ULMFiT's classifier is fine-tuned with
+the paper's recipe (discriminative rates, gradual unfreezing: row `ulmfit`) and with every layer at
+one rate of 3e-3 from the first step (rows `.../flat`; the backward model and the ensemble use it).
+TagLM is ELMo's biLM inside TagLM's tagger (`--tagger taglm`); `taglm-baseline` is the same tagger
+without the LM, so it has one start. Fine-tuning otherwise uses each family's `bertforge finetune`
+defaults (ULMFiT's recipe, Adam at 1e-3 for the task models over ELMo, the rate by width for BERT)
+with the same epochs, batch and length for all. Held-out figures are each pretraining's own: BERT's
+masked-token loss, the recurrent models' next-word loss (ELMo: the mean of its two directions) on
+the held-out books; the vocabularies differ, so losses compare within a family only.
 
 Needs ../shared/data (developers and CI machines only). Not part of the tests. Commands are printed;
 results.json keeps every run as it comes and a later call skips what it holds; table.md gets the table.
@@ -35,8 +43,18 @@ TASKS = {  # name: (--task, train, dev, metric, settings)
     "conll": ("ner", "WORK/conll-train-5k.txt", "conll2003/valid.txt", "f1",
               ["--epochs", "3", "--batch-size", "32", "--max-seq-length", "128"]),
 }
-MODELS = {"bert": ["--objective", "bert"], "ulmfit": ["--objective", "awd-lstm"], "elmo": ["--objective", "elmo"]}
-CLASSIFIER_ONLY = {"ulmfit"}
+MODELS = {"bert": ["--objective", "bert"], "ulmfit": ["--objective", "awd-lstm"],
+          "ulmfit-bwd": ["--objective", "awd-lstm", "--backwards"], "elmo": ["--objective", "elmo"]}
+FLAT = ["--layer-lr-decay", "1", "--lr", "3e-3"]  # ULMFiT's classifier with every layer at one rate throughout
+# What each pretrained model is fine-tuned as: (variant, its flags, the tasks it serves, the starts it has)
+VARIANTS = {
+    "bert": [("", [], ("sst2", "conll"), ("pretrained", "random"))],
+    "ulmfit": [("", [], ("sst2",), ("pretrained", "random")), ("flat", FLAT, ("sst2",), ("pretrained", "random"))],
+    "ulmfit-bwd": [("flat", FLAT, ("sst2",), ("pretrained", "random"))],
+    "elmo": [("", [], ("sst2", "conll"), ("pretrained", "random")),
+             ("taglm", ["--tagger", "taglm"], ("conll",), ("pretrained", "random")),
+             ("taglm-baseline", ["--tagger", "taglm-baseline"], ("conll",), ("pretrained",))],
+}
 BERTFORGE = [sys.executable, "-m", "bertforge.cli"]
 
 
@@ -44,21 +62,22 @@ def pretrain(name: str, corpus: str, work: str, minutes: float) -> dict:
     """Pretrain `name` (ULMFiT: stages 1 and 2) within `minutes`; its figures."""
     run_dir = os.path.join(work, name)
     common = ["--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--seed", "0", "--quiet"]
-    stage1 = minutes * 0.8 if name == "ulmfit" else minutes
+    ulmfit = name.startswith("ulmfit")
+    stage1 = minutes * 0.8 if ulmfit else minutes
     if os.path.isdir(os.path.join(run_dir, "model")):  # kept from an earlier call that stopped later
         wall = max(r.get("elapsed_s", 0) for r in records(run_dir)) / 60
     else:
         wall = run([*BERTFORGE, "pretrain", *MODELS[name], "--corpus", corpus, "--out", run_dir,
                     "--max-minutes", str(stage1), *common])
     figures = figures_of(run_dir, name)
-    if name == "ulmfit":
+    if ulmfit:
         # the task's training sentences, each its own document (a blank line after it), so that
         # 2% of them are held out
         text = os.path.join(work, "sst2-train-10k.txt")
         with open(os.path.join(work, "sst2-train-10k.tsv"), encoding="utf-8") as f, \
                 open(text, "w", encoding="utf-8") as out:
             out.writelines(line.split("\t")[0] + "\n\n" for line in list(f)[1:])
-        wall += run([*BERTFORGE, "pretrain", "--objective", "awd-lstm", "--init", os.path.join(run_dir, "model"),
+        wall += run([*BERTFORGE, "pretrain", *MODELS[name], "--init", os.path.join(run_dir, "model"),
                      "--corpus", text, "--layout", "lines", "--out", run_dir + "-sst2",
                      "--max-minutes", str(minutes - stage1), *common])
         figures["target_lm"] = figures_of(run_dir + "-sst2", name)["held_out"]
@@ -111,7 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="pretraining budget of each model")
     parser.add_argument("--out", default="runs/bench-lineage")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="fine-tuning seeds")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--starts", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
@@ -129,30 +148,43 @@ def main() -> None:
         if f"{name} pretraining" not in results:
             results[f"{name} pretraining"] = pretrain(name, corpus, work, args.minutes)
             keep()
-        final = os.path.join(work, name + "-sst2" if name == "ulmfit" else name, "model")
+        final = os.path.join(work, name + "-sst2" if name.startswith("ulmfit") else name, "model")
         for seed in args.seeds:
             random_model = os.path.join(work, f"{name}-random-s{seed}")
             if "random" in args.starts and not os.path.isdir(random_model):
                 random_init(final, random_model, seed)
-            for start, model in (("pretrained", final), ("random", random_model)):
-                if start not in args.starts:
-                    continue
-                for task in args.tasks:
-                    key = f"{name} {start} {task} seed={seed}"
-                    if key in results or (task == "conll" and name in CLASSIFIER_ONLY):
-                        continue
-                    kind, train_file, dev, metric, settings = TASKS[task]
-                    out = os.path.join(work, "finetune", f"{name}-{start}-s{seed}", task)
-                    minutes = run([*BERTFORGE, "finetune", "--task", kind, "--train", path(train_file, work),
-                                   "--dev", path(dev, work), "--model", model, "--out", out, "--seed", str(seed),
-                                   "--quiet", *settings])
-                    evals = [r["eval"] for r in records(out) if r.get("eval")]
-                    results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
+            for variant, flags, tasks, starts in VARIANTS[name]:
+                row = f"{name}/{variant}" if variant else name
+                for start, model in (("pretrained", final), ("random", random_model)):
+                    for task in tasks:
+                        key = f"{row} {start} {task} seed={seed}"
+                        if key in results or start not in args.starts or start not in starts or task not in args.tasks:
+                            continue
+                        kind, train_file, dev, metric, settings = TASKS[task]
+                        out = finetuned(work, row, start, seed, task)
+                        minutes = run([*BERTFORGE, "finetune", "--task", kind, "--train", path(train_file, work),
+                                       "--dev", path(dev, work), "--model", model, "--out", out, "--seed", str(seed),
+                                       "--quiet", *settings, *flags])
+                        evals = [r["eval"] for r in records(out) if r.get("eval")]
+                        results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
+                        keep()
+            for start in args.starts:  # ULMFiT's forward + backward ensemble, once both classifiers exist
+                key = f"ulmfit-ensemble/flat {start} sst2 seed={seed}"
+                both = [os.path.join(finetuned(work, f"{n}/flat", start, seed, "sst2"), "model")
+                        for n in ("ulmfit", "ulmfit-bwd")]
+                if key not in results and all(os.path.isdir(b) for b in both):
+                    done = subprocess.run([*BERTFORGE, "evaluate", "--model", *both, "--data",
+                                           path(TASKS["sst2"][2], work)], check=True, capture_output=True, text=True)
+                    results[key] = {"score": json.loads(done.stdout)["accuracy"]}
                     keep()
     table = summary(results, args.tasks)
     with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
         f.write(table + "\n")
     print(table)
+
+
+def finetuned(work: str, row: str, start: str, seed: int, task: str) -> str:
+    return os.path.join(work, "finetune", f"{row.replace('/', '-')}-{start}-s{seed}", task)
 
 
 def path(name: str, work: str) -> str:
@@ -177,22 +209,26 @@ def summary(results: dict, tasks: list[str]) -> str:
     header = {"sst2": "SST-2 acc", "conll": "CoNLL F1"}
     lines = ["| model | start | parameters | tokens/s | steps | held-out | "
              + " | ".join(header[t] for t in tasks) + " |", "|---" * (6 + len(tasks)) + "|"]
-    for name in MODELS:
+    rows = [(name, f"{name}/{v}" if v else name) for name in MODELS for v, *_ in VARIANTS[name]]
+    rows.insert([r for _, r in rows].index("ulmfit-bwd/flat") + 1, ("ulmfit-bwd", "ulmfit-ensemble/flat"))
+    for name, row in rows:
         pre = results.get(f"{name} pretraining")
         for start in ("pretrained", "random"):
             cells = []
             for task in tasks:
-                scores = [r["score"] for key, r in sorted(results.items()) if key.startswith(f"{name} {start} {task} ")]
+                scores = [r["score"] for key, r in sorted(results.items()) if key.startswith(f"{row} {start} {task} ")]
                 each = "/".join(f"{s:.1f}" for s in scores)
                 cells.append(f"{np.mean(scores):.1f} ({each})" if scores else "-")
-            if not any(c != "-" for c in cells) and not pre:
+            if all(c == "-" for c in cells):
                 continue
             size = speed = steps = loss = "-"
             if pre:
                 size = f"{pre['parameters'] / 1e6:.1f}M"
-            if pre and start == "pretrained":
+            if pre and start == "pretrained" and row == name:
                 speed, steps, loss = f"{pre['tokens_per_s']:,}", str(pre["steps"]), held_out(pre)
-            lines.append(f"| {name} | {start} | {size} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
+            if row.startswith("ulmfit-ensemble"):
+                size = f"2 x {size}"
+            lines.append(f"| {row} | {start} | {size} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -269,3 +269,32 @@ def test_taglm_tags_with_and_without_the_lm_states(tmp_path):
     done = cli("finetune", "--task", "sst2", "--train", "a.tsv", "--dev", "b.tsv", "--model", model, "--out",
                str(tmp_path / "x"), "--tagger", "taglm")
     assert done.returncode == 2 and "--tagger is for token tagging" in done.stderr
+
+
+def test_the_frozen_bilm_runs_once_per_sentence_and_its_kept_layers_are_its_own():
+    from bertforge.tasks.elmo_features import ELMoClassifier
+
+    torch.manual_seed(0)
+    config = elmo_preset("elmo-tiny", vocab_size=20, id2label={0: "a", 1: "b"}, label2id={"a": 0, "b": 1})
+    model = ELMoClassifier(config).train()
+    sentences = [["<S>", *s.split(), "</S>"] for s in ("one two three", "four", "five six seven eight", "nine ten")]
+
+    def batch(rows):
+        length = max(len(sentences[r]) for r in rows)
+        chars = torch.zeros(len(rows), length, 50, dtype=torch.long)
+        mask = torch.zeros(len(rows), length, dtype=torch.long)
+        for i, r in enumerate(rows):
+            chars[i, :len(sentences[r])] = torch.tensor([word_characters(w) for w in sentences[r]])
+            mask[i, :len(sentences[r])] = 1
+        return {"input_chars": chars, "attention_mask": mask}
+
+    calls = []
+    model.bert.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    first = model.lm_layers(batch([0, 1, 2]))
+    again = model.lm_layers(batch([2, 3, 0]))  # other company, other padding: only sentence 3 is new
+    assert calls == [3, 1]
+    direct = model.bert(batch([2, 3, 0])["input_chars"], batch([2, 3, 0])["attention_mask"].bool())
+    for kept, fresh in zip(again, direct):
+        assert (kept - fresh).abs().max() < 1e-6
+    assert torch.equal(first[0][2], again[0][0][:first[0].shape[1]]) and first[0][1, 3:].abs().sum() == 0
+    assert not any("cache" in k for k in model.state_dict())

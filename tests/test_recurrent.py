@@ -273,6 +273,30 @@ def test_cli_pretrains_then_classifies(tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)["accuracy"] == scores["accuracy"]
 
+    # ULMFiT's backward model (its LM reads every document right to left), and the ensemble of both:
+    # the mean of their probabilities
+    done = cli("pretrain", "--objective", "awd-lstm", "--corpus", str(tmp_path / "corpus"), "--out",
+               str(tmp_path / "lm-bwd"), "--preset", "awd-lstm-tiny", "--bptt", "8", "--batch-size", "4", "--steps", "6",
+               "--backwards", "--quiet")
+    assert done.returncode == 0, done.stderr
+    done = cli("finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
+               "--model", str(tmp_path / "lm-bwd" / "model"), "--out", str(tmp_path / "cls-bwd"), "--epochs", "3",
+               "--batch-size", "16", "--quiet")
+    assert done.returncode == 0, done.stderr
+    both = [str(tmp_path / "cls" / "model"), str(tmp_path / "cls-bwd" / "model")]
+    probabilities = []
+    for models in ([both[0]], [both[1]], both):
+        predicted = cli("predict", "--model", *models, "--input", str(tmp_path / "dev.tsv"))
+        assert predicted.returncode == 0, predicted.stderr
+        probabilities.append(np.array([json.loads(line)["probabilities"]["positive"]
+                                       for line in predicted.stdout.splitlines()]))
+    assert np.abs(probabilities[2] - (probabilities[0] + probabilities[1]) / 2).max() < 1e-4
+    assert np.abs(probabilities[0] - probabilities[1]).max() > 1e-2  # two different models
+    gold = np.array([int(line.split("\t")[1]) for line in (tmp_path / "dev.tsv").read_text().splitlines()[1:]])
+    evaluated = cli("evaluate", "--model", *both, "--data", str(tmp_path / "dev.tsv"))
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["accuracy"] == round(100 * np.mean((probabilities[2] > 0.5) == gold), 3)
+
 
 def test_cli_refuses_bert_flags_and_tagging(tmp_path):
     write_corpus(tmp_path / "corpus")

@@ -263,16 +263,21 @@ def cmd_finetune(args) -> None:
           f"{best['step']}; model in {args.out}/model")
 
 
+def _one_or_more(models: list[str]) -> str | list[str]:
+    return models[0] if len(models) == 1 else models
+
+
 def cmd_evaluate(args) -> None:
     from .finetune import evaluate
 
-    print(json.dumps(evaluate(args.model, args.data, args.batch_size, resolve_device(args.device))))
+    print(json.dumps(evaluate(_one_or_more(args.model), args.data, args.batch_size, resolve_device(args.device))))
 
 
 def cmd_predict(args) -> None:
     from .finetune import predict
 
-    n = predict(args.model, args.input, args.output, args.batch_size, args.format, resolve_device(args.device))
+    n = predict(_one_or_more(args.model), args.input, args.output, args.batch_size, args.format,
+                resolve_device(args.device))
     if args.output:
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
 
@@ -531,13 +536,17 @@ def build_parser() -> argparse.ArgumentParser:
     fine.set_defaults(func=cmd_finetune)
 
     ev = commands.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
-    ev.add_argument("--model", required=True, help="a model written by `bertforge finetune`")
+    ev.add_argument("--model", required=True, nargs="+",
+                    help="a model written by `bertforge finetune`; several classifiers of one task (ULMFiT's "
+                    "forward and backward models) are scored as their ensemble: the mean of their probabilities")
     ev.add_argument("--data", required=True, help="a labelled file in the task's layout")
     ev.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
     ev.set_defaults(func=cmd_evaluate)
 
     pr = commands.add_parser("predict", help="predict with a fine-tuned model (the task is read from its config)")
-    pr.add_argument("--model", required=True, help="a model written by `bertforge finetune`")
+    pr.add_argument("--model", required=True, nargs="+",
+                    help="a model written by `bertforge finetune`; several classifiers of one task predict as "
+                    "their ensemble (the mean of their probabilities)")
     pr.add_argument("--input", help="a file in the task's layout (default: standard input, one text per line)")
     pr.add_argument("--output", help="output file: .jsonl, .conll (tagging) or .json (QA) (default: standard output)")
     pr.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
@@ -666,8 +675,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_options(vars(args), args.command)
         for name in ("model", "init"):  # a run directory stands for the model it wrote
-            if getattr(args, name, None):
-                setattr(args, name, model_directory(args.__dict__[name]))
+            value = getattr(args, name, None)
+            if isinstance(value, list):  # an ensemble
+                setattr(args, name, [model_directory(v) for v in value])
+            elif value:
+                setattr(args, name, model_directory(value))
         args.func(args)
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)

@@ -220,40 +220,75 @@ def _output_format(path: str | None, requested: str | None, family: str) -> str:
     return requested or implied[suffix]
 
 
-def evaluate(directory: str, data_file: str, batch_size: int = 64, device: str | torch.device = "cpu") -> dict:
-    """The task's metrics for a fine-tuned model on a labelled file."""
-    model, task, tokenizer = load_finetuned(directory, device)
-    names = label_names_of(model)
+def evaluate(directory: str | list[str], data_file: str, batch_size: int = 64,
+             device: str | torch.device = "cpu") -> dict:
+    """The task's metrics for a fine-tuned model on a labelled file; for several classifiers of one
+    task (ULMFiT's forward and backward models), the metrics of their ensemble (see `ensemble`)."""
+    members = load_ensemble([directory] if isinstance(directory, str) else directory, device)
+    task, names = members[0][1], label_names_of(members[0][0])
     examples = task.read(data_file)
     task.check_labels(examples, names)
-    features, cut = task.featurize(examples, tokenizer, names)
-    with torch.no_grad():
-        scores = task.score(task.predict(model, features, batch_size), features, names, examples)
-    return {**scores, "examples": len(features), "truncated": cut}
+    logits, features, cut = ensemble(members, examples, names, batch_size)
+    return {**task.score(logits, features, names, examples), "examples": len(features), "truncated": cut}
 
 
-def predict(directory: str, input_file: str | None, output_file: str | None, batch_size: int = 64,
+def load_ensemble(directories: list[str], device: str | torch.device = "cpu") -> list[tuple]:
+    """Fine-tuned models (each with its task and tokenizer) whose outputs can be averaged: one
+    model, or classifiers (and regressors) of one task with the same labels."""
+    members = [load_finetuned(d, device) for d in directories]
+    first, task = members[0][0], members[0][1]
+    if len(members) > 1 and task.family != "classification":
+        raise BertforgeError(f"{directories[0]}: an ensemble averages class probabilities (or scores): "
+                             f"classification and regression models only, not {task.name}")
+    for d, (model, other, _) in zip(directories[1:], members[1:]):
+        if (other.name, label_names_of(model)) != (task.name, label_names_of(first)):
+            raise BertforgeError(f"{d}: a {other.name} model with labels {label_names_of(model)}; "
+                                 f"{directories[0]} is {task.name} with {label_names_of(first)}: not one ensemble")
+    return members
+
+
+def ensemble(members: list[tuple], examples: list[dict], names, batch_size: int = 64):
+    """Outputs for `examples` of one model, or of an ensemble: each member reads them through its
+    own tokenizer (a backward ULMFiT may have other words), and their class probabilities are
+    averaged (ULMFiT's forward + backward ensemble), returned as the log of the mean so that they
+    pass where logits do; regression scores are averaged. -> (logits, the first member's
+    features, the most inputs any member cut)."""
+    outputs, first, most_cut = [], None, 0
+    for model, task, tokenizer in members:
+        features, cut = task.featurize(examples, tokenizer, names)
+        with torch.no_grad():
+            outputs.append(task.predict(model, features, batch_size))
+        first, most_cut = first or features, max(most_cut, cut)
+    if len(outputs) == 1:
+        return outputs[0], first, most_cut
+    if members[0][1].regression:
+        return torch.stack(outputs).mean(0), first, most_cut
+    return torch.stack([o.float().softmax(-1) for o in outputs]).mean(0).log(), first, most_cut
+
+
+def predict(directory: str | list[str], input_file: str | None, output_file: str | None, batch_size: int = 64,
             output_format: str | None = None, device: str | torch.device = "cpu") -> int:
     """Predictions for every example of `input_file` (standard input, one example per line, when
     None), written to `output_file` (standard output when None) as JSON lines; for tagging models
     optionally as CoNLL columns; for question answering as SQuAD's official prediction JSON.
     The format follows `output_format` or else the output's suffix (.jsonl, .conll for tagging,
     .json for QA); a suffix that says otherwise is an error, never a file named .conll holding JSON.
-    Returns the number of examples."""
-    model, task, tokenizer = load_finetuned(directory, device)
+    Several classifiers of one task predict as their ensemble (see `ensemble`). Returns the number
+    of examples."""
+    members = load_ensemble([directory] if isinstance(directory, str) else directory, device)
+    task, names = members[0][1], label_names_of(members[0][0])
     output_format = _output_format(output_file, output_format, task.family)
-    names = label_names_of(model)
     if input_file is None:
         examples = task.from_lines([line.rstrip("\r") for line in read_text(None).split("\n") if line.strip()])
     else:
         examples = task.read(input_file, with_labels="auto" if task.family == "ner" else False)
     if not examples:
         raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
-    features, cut = task.featurize(examples, tokenizer, names)
+    logits, features, cut = ensemble(members, examples, names, batch_size)
     if cut:
         print(task.truncation_message(cut, len(examples)), file=sys.stderr)
     with torch.no_grad():
-        outputs = task.outputs(task.predict(model, features, batch_size), names, examples, features)
+        outputs = task.outputs(logits, names, examples, features)
     with atomic_file(output_file) if output_file else contextlib.nullcontext(sys.stdout) as stream:
         if output_format == "conll":
             task.write_conll(stream, examples, outputs)
