@@ -276,8 +276,8 @@ def test_cli_pretrains_then_classifies(tmp_path):
     # ULMFiT's backward model (its LM reads every document right to left), and the ensemble of both:
     # the mean of their probabilities
     done = cli("pretrain", "--objective", "awd-lstm", "--corpus", str(tmp_path / "corpus"), "--out",
-               str(tmp_path / "lm-bwd"), "--preset", "awd-lstm-tiny", "--bptt", "8", "--batch-size", "4", "--steps", "6",
-               "--backwards", "--quiet")
+               str(tmp_path / "lm-bwd"), "--preset", "awd-lstm-tiny", "--bptt", "8", "--batch-size", "4",
+               "--steps", "6", "--backwards", "--quiet")
     assert done.returncode == 0, done.stderr
     done = cli("finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
                "--model", str(tmp_path / "lm-bwd" / "model"), "--out", str(tmp_path / "cls-bwd"), "--epochs", "3",
