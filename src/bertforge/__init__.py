@@ -8,6 +8,7 @@ from .finetune import evaluate, finetune, predict
 from .formats.hf import load_pretrained, save_pretrained
 from .generate import Generator
 from .models.bert import Bert, EncoderOutput
+from .predictor import Predictor
 from .pretrain import pretrain
 from .pretrain_recurrent import pretrain_recurrent
 from .tokenizer import Tokenizer
@@ -16,7 +17,7 @@ from .tokenizer import Tokenizer
 # same name, so `bertforge.pretrain` (and finetune, embed) is the recipe a user calls, as in the CLI.
 __all__ = [
     "Bert", "BertConfig", "BertforgeError", "Embedder", "EncoderOutput", "FillMask", "Generator", "PRESETS",
-    "Tokenizer", "embed", "evaluate", "finetune", "load_pretrained", "predict", "preset", "pretrain",
+    "Predictor", "Tokenizer", "embed", "evaluate", "finetune", "load_pretrained", "predict", "preset", "pretrain",
     "pretrain_recurrent", "save_pretrained",
 ]
 __version__ = "0.1.0"

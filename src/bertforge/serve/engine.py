@@ -10,7 +10,6 @@ costs its own client a 4xx and never fails the others' answers.
 from __future__ import annotations
 
 import os
-import re
 
 import torch
 
@@ -20,12 +19,9 @@ from ..errors import BertforgeError
 from ..finetune import label_names_of, load_finetuned
 from ..formats.hf import has_masked_lm_head, read_config
 from ..models.bert import Bert
+from ..predictor import answers, example
 from ..tasks.common import token_types
 from ..tokenizer import Tokenizer
-
-# The words of a tagging request and where each starts in its text: white space splits words, as
-# `predict` splits standard input, and the offsets let the answer point into the text.
-WORD = re.compile(r"\S+")
 
 
 class Engine:
@@ -114,60 +110,11 @@ class Engine:
     # ---- predict -----------------------------------------------------------------------------
 
     def example(self, request: dict) -> dict:
-        """The task's example for one request (validated): {"text"[, "pair"]} for classification,
-        {"text"} for tagging, {"question", "context"} for QA, {"context", "choices"} for multiple choice."""
         self.require("predict")
-        family, fields = self.task.family, set(request)
-        needed = {"classification": {"text"}, "ner": {"text"}, "qa": {"question", "context"},
-                  "multiple-choice": {"context", "choices"}}[family]
-        if family == "classification" and getattr(self.task, "pair_column", None) is not None:
-            needed = {"text", "pair"}
-        if fields != needed:
-            wanted = ", ".join(f'"{n}"' for n in sorted(needed))
-            got = ", ".join(sorted(fields)) or "nothing"
-            raise BertforgeError(f"a {self.task.name} model reads {wanted}; got {got}")
-        if family == "classification":
-            return {"text": request["text"], "pair": request.get("pair"), "where": "request"}
-        if family == "ner":
-            matches = list(WORD.finditer(request["text"]))
-            return {"words": [m.group() for m in matches], "offsets": [(m.start(), m.end()) for m in matches],
-                    "where": "request"}
-        if family == "qa":
-            return {"id": "0", "question": request["question"], "context": request["context"], "where": "request"}
-        if len(request["choices"]) < 2:
-            raise BertforgeError("multiple choice needs at least two choices")
-        return {"context": request["context"], "choices": list(request["choices"]), "where": "request"}
+        return example(self.task, request)
 
     def predict(self, examples: list[dict]) -> list[dict]:
-        task, names = self.task, self.names
-        features, cuts = [], []
-        for number, example in enumerate(examples):
-            mine, cut = task.featurize([example], self.tokenizer, names)
-            for f in mine:
-                if "question" in f:  # QA's windows point at their question by position
-                    f["question"] = number
-            features.extend(mine)
-            cuts.append(bool(cut))
-        with torch.no_grad():
-            logits = task.predict(self.model, features)
-        if task.family == "qa":
-            spans = task.spans(logits, features, [dict(e, id=str(i)) for i, e in enumerate(examples)])
-            out = []
-            for i in range(len(examples)):
-                span = spans[str(i)]
-                answer = {"answer": span["text"], "start": span["start"], "end": span["end"], "score": span["score"]}
-                if task.version_2:
-                    answer.update(null_margin=span["margin"], no_answer=span["margin"] > task.null_threshold)
-                out.append(answer)
-        else:
-            out = task.outputs(logits, names, examples, features)
-        if task.family == "ner":  # entities pointed at by character offsets in the request's text
-            for answer, example in zip(out, examples):
-                for entity in answer["entities"]:
-                    entity["start"], entity["end"] = (example["offsets"][entity["start"]][0],
-                                                      example["offsets"][entity["end"] - 1][1])
-                answer.pop("words")
-        return [dict(answer, truncated=cut) for answer, cut in zip(out, cuts)]
+        return answers(self.model, self.task, self.tokenizer, self.names, examples)
 
     # ---- embed -------------------------------------------------------------------------------
 
