@@ -73,10 +73,10 @@ BERTFORGE = [sys.executable, "-m", "bertforge.cli"]
 
 def authors(work: str) -> None:
     """authors-{train,dev}.tsv: 300-word passages (the Gutenberg licence text and each book's first
-    2,000 words, its title page and contents, cut away), the training
-    ones spread evenly over the first 80% of each author's words, the dev ones over the last 20%, so
-    no passage is in both. The books are also in the pretraining corpus (as the task's own text is in
-    ULMFiT's stage 2); their labels never are."""
+    2,000 words, its title page and contents, cut away), the training ones spread evenly over the
+    first 80% of each author's words, the dev ones over the last 20%, so no passage is in both. The
+    books are also in the pretraining corpus, so every pretrained model has read the passages' text
+    (never their labels), which favours pretraining on this task; ULMFiT's stage 2 stays on SST-2."""
     from bertforge.data.corpus import FileReport, _is_gutenberg_end, _is_gutenberg_start, read_lines
 
     splits = {"train": [], "dev": []}
@@ -91,7 +91,9 @@ def authors(work: str) -> None:
                 if inside:
                     lines.append(line)
                 inside = inside or _is_gutenberg_start(line)
-            words += " ".join(lines).split()[FRONT_MATTER:]  # not the title page and contents
+            book_words = " ".join(lines).split()[FRONT_MATTER:]  # not the title page and contents
+            assert len(book_words) > 10_000, f"{path_}: no Gutenberg start line, or too short"
+            words += book_words
         cut = int(len(words) * 0.8)
         for split, (lo, hi, n) in (("train", (0, cut, TRAIN_PASSAGES)), ("dev", (cut, len(words), DEV_PASSAGES))):
             for begin in np.linspace(lo, hi - PASSAGE, n).astype(int):
@@ -214,7 +216,7 @@ def main() -> None:
                         results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
                         keep()
             for start in args.starts:  # ULMFiT's forward + backward ensemble, once both classifiers exist
-                for task in ("sst2", "authors"):
+                for task in [t for t in ("sst2", "authors") if t in args.tasks]:
                     key = f"ulmfit-ensemble/flat {start} {task} seed={seed}"
                     both = [os.path.join(finetuned(work, f"{n}/flat", start, seed, task), "model")
                             for n in ("ulmfit", "ulmfit-bwd")]
@@ -257,6 +259,7 @@ def summary(results: dict, tasks: list[str]) -> str:
              + " | ".join(header[t] for t in tasks) + " |", "|---" * (6 + len(tasks)) + "|"]
     rows = [(name, f"{name}/{v}" if v else name) for name in MODELS for v, *_ in VARIANTS[name]]
     rows.insert([r for _, r in rows].index("ulmfit-bwd/flat") + 1, ("ulmfit-bwd", "ulmfit-ensemble/flat"))
+    described = set()  # each pretraining's figures on its model's first row
     for name, row in rows:
         pre = results.get(f"{name} pretraining")
         for start in ("pretrained", "random"):
@@ -265,12 +268,14 @@ def summary(results: dict, tasks: list[str]) -> str:
                 scores = [r["score"] for key, r in sorted(results.items()) if key.startswith(f"{row} {start} {task} ")]
                 each = "/".join(f"{s:.1f}" for s in scores)
                 cells.append(f"{np.mean(scores):.1f} ({each})" if scores else "-")
-            if all(c == "-" for c in cells):
+            first = pre and start == "pretrained" and name not in described and not row.startswith("ulmfit-ens")
+            if all(c == "-" for c in cells) and not first:
                 continue
             size = speed = steps = loss = "-"
             if pre:
                 size = f"{pre['parameters'] / 1e6:.1f}M"
-            if pre and start == "pretrained" and row == name:
+            if first:
+                described.add(name)
                 speed, steps, loss = f"{pre['tokens_per_s']:,}", str(pre["steps"]), held_out(pre)
             if row.startswith("ulmfit-ensemble"):
                 size = f"2 x {size}"

@@ -80,15 +80,14 @@ def bilm_tf_layers(f, options, words):
 def tiny_elmo(directory, seed=0):
     """A tiny ELMo with every weight random (so no convention can hide behind a zero or a one)."""
     torch.manual_seed(seed)
-    config = elmo_preset("elmo-tiny", vocab_size=len(SPECIALS) + len(WORDS), max_characters_per_token=12,
-                         cell_clip=0.8, proj_clip=0.5)
+    config = elmo_preset("elmo-tiny", vocab_size=len(SPECIALS) + len(WORDS), cell_clip=0.8, proj_clip=0.5)
     model = ELMoLanguageModel(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(0, 0.5 if "embedding" in name else 0.3)
         model.bert.embeddings.embedding.weight[0] = 0
     directory.mkdir()
-    native.write(model, str(directory), WordVocab(list(SPECIALS) + WORDS, lowercase=False, characters=12))
+    native.write(model, str(directory), WordVocab(list(SPECIALS) + WORDS, lowercase=False, characters=50))
     return model.eval()
 
 
@@ -147,6 +146,30 @@ def test_round_trip_is_exact_and_the_imported_model_embeds(tmp_path):
     assert vector.shape == (3, 64)
 
 
+def test_a_vocabulary_with_its_marks_in_another_order_keeps_each_words_softmax_row(tmp_path):
+    # the published 1B Word vocabulary begins </S>, <S>, <UNK>: bilm-tf finds the marks by name
+    model = tiny_elmo(tmp_path / "elmo")
+    assert cli("export", str(tmp_path / "elmo"), str(tmp_path / "allen"), "--format", "allennlp").returncode == 0
+    allen = tmp_path / "allen"
+    with h5py.File(allen / "weights.hdf5", "a") as f:
+        order = [1, 0, 4, 2, 3, *range(5, 9)]  # </S>, <S>, cat, <UNK>, the, the rest
+        for name in ("softmax/W", "softmax/b"):
+            rows = f[name][...][order]
+            del f[name]
+            f.create_dataset(name, data=rows)
+    lines = (allen / "vocab.txt").read_text().splitlines()
+    (allen / "vocab.txt").write_text("".join(lines[i] + "\n" for i in order))
+    done = cli("import-allennlp", str(allen / "options.json"), str(allen / "weights.hdf5"), str(tmp_path / "back"),
+               "--vocab", str(allen / "vocab.txt"))
+    assert done.returncode == 0, done.stderr
+    back = native.load_model(ELMoLanguageModel, str(tmp_path / "back"))
+    words = WordVocab.from_pretrained(str(tmp_path / "back")).words
+    assert words == list(SPECIALS) + ["cat", "the", "sat", "on", "mat", "a"]
+    for word in ("xxbos", "xxeos", "xxunk", "the", "cat", "mat"):
+        ours = (list(SPECIALS) + WORDS).index(word)
+        assert torch.equal(back.softmax.weight[words.index(word)], model.softmax.weight[ours]), word
+
+
 def published_layout(path, options, rng):
     """A weights.hdf5 with the published files' datasets (bilm-tf's dump_weights: no softmax), random values."""
     config = config_of(options, "options.json", 5)
@@ -195,6 +218,12 @@ def test_bad_files_get_one_line_naming_the_file(tmp_path):
             shaped.create_dataset(name, data=good[name][...][..., :3] if name == "CNN/b_cnn_1" else good[name][...])
     (tmp_path / "not.hdf5").write_text("hello")
     (tmp_path / "vocab.txt").write_text("<S>\n<UNK>\nthe\n")
+    (tmp_path / "twice.txt").write_text("<S>\n</S>\nthe\nthe\n<UNK>\n")
+    with h5py.File(tmp_path / "good.hdf5", "r") as good, h5py.File(tmp_path / "group.hdf5", "w") as grouped:
+        for name in good:
+            good.copy(good[name], grouped)
+        del grouped["CNN/b_cnn_0"]
+        grouped.create_group("CNN/b_cnn_0")  # a group where a dataset belongs
     no_skip = json.loads(json.dumps(options))
     no_skip["lstm"]["use_skip_connections"] = False
     (tmp_path / "noskip.json").write_text(json.dumps(no_skip))
@@ -202,7 +231,9 @@ def test_bad_files_get_one_line_naming_the_file(tmp_path):
         (["options.json", "missing.hdf5"], "missing.hdf5: does not match", "CNN_proj/W_proj (missing)"),
         (["options.json", "shape.hdf5"], "shape.hdf5: does not match", "CNN/b_cnn_1 (3,) (expected (4,))"),
         (["options.json", "not.hdf5"], "not.hdf5: cannot be read as HDF5", ""),
-        (["options.json", "good.hdf5", "--vocab", "vocab.txt"], "vocab.txt, line 2: expected </S>", ""),
+        (["options.json", "good.hdf5", "--vocab", "vocab.txt"], "vocab.txt: no </S>", ""),
+        (["options.json", "good.hdf5", "--vocab", "twice.txt"], "twice.txt, line 4: 'the' again (first on line 3)", ""),
+        (["options.json", "group.hdf5"], "group.hdf5: does not match", "CNN/b_cnn_0 (missing)"),
         (["noskip.json", "good.hdf5"], "noskip.json: lstm.use_skip_connections is not true", ""),
         (["nothere.json", "good.hdf5"], "nothere.json: no such file", ""),
     ]
@@ -223,3 +254,10 @@ def test_export_refuses_what_is_not_an_elmo(tmp_path):
     native.write(AWDLSTMLanguageModel(awd_lstm_preset("awd-lstm-tiny", vocab_size=20)), str(tmp_path / "awd"))
     done = cli("export", str(tmp_path / "awd"), str(tmp_path / "x"), "--format", "allennlp")
     assert done.returncode == 2 and "awd-lstm checkpoint" in done.stderr, done.stderr
+    short = ELMoLanguageModel(elmo_preset("elmo-tiny", vocab_size=9, max_characters_per_token=12))
+    (tmp_path / "short").mkdir()
+    native.write(short, str(tmp_path / "short"), WordVocab(list(SPECIALS) + WORDS[:4], characters=12))
+    done = cli("export", str(tmp_path / "short"), str(tmp_path / "y"), "--format", "allennlp")
+    assert done.returncode == 2 and "reads 12 characters per word; AllenNLP's character mapper always gives 50" \
+        in done.stderr, done.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

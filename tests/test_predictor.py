@@ -60,7 +60,8 @@ def test_a_ulmfit_classifier_predicts_in_memory(tmp_path, monkeypatch):
 
 def test_bad_inputs_are_refused_in_one_line(models):
     sst2 = Predictor.from_pretrained(models["sst2"])
-    for bad, message in (("a good film", "a list of inputs"), ([3], "a text, a (text, pair) tuple or a request"),
+    for bad, message in (("a good film", "a list of inputs"),
+                         ([3], "is a text, a (text, pair) tuple or a request dict, not 3"),
                          ([{"question": "x"}], 'reads "text"; got question')):
         with pytest.raises(BertforgeError, match=re.escape(message)):
             sst2(bad)

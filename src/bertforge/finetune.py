@@ -115,6 +115,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         native.load_encoder(net, model)
     else:
         load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
+    if hasattr(net, "keep_lm_layers"):  # ELMo's frozen biLM: read each sentence once, not once per epoch
+        net.keep_lm_layers()
     if getattr(task, "crf", False):  # ... and a CRF from the training data's tag bigrams (see CRF.init_from_paths)
         net.crf.init_from_paths(task.word_paths(train_features))
     pad_id = tokenizer.pad_id
@@ -240,10 +242,16 @@ def load_ensemble(directories: list[str], device: str | torch.device = "cpu") ->
     if len(members) > 1 and task.family != "classification":
         raise BertforgeError(f"{directories[0]}: an ensemble averages class probabilities (or scores): "
                              f"classification and regression models only, not {task.name}")
+    def reads(t, model) -> dict:  # what must agree for members to answer the same examples
+        return {"task": t.name, "labels": label_names_of(model), "regression": t.regression,
+                "columns": (t.text_column, t.pair_column, t.label_column), "symmetric": t.symmetric}
+
     for d, (model, other, _) in zip(directories[1:], members[1:]):
-        if (other.name, label_names_of(model)) != (task.name, label_names_of(first)):
-            raise BertforgeError(f"{d}: a {other.name} model with labels {label_names_of(model)}; "
-                                 f"{directories[0]} is {task.name} with {label_names_of(first)}: not one ensemble")
+        mine, theirs = reads(task, first), reads(other, model)
+        if mine != theirs:
+            what = next(k for k in mine if mine[k] != theirs[k])
+            raise BertforgeError(f"{d}: its {what} is {theirs[what]}, {directories[0]}'s {mine[what]}: "
+                                 "not one ensemble")
     return members
 
 

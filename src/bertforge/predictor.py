@@ -95,17 +95,21 @@ class Predictor:
     def __call__(self, inputs: list, batch_size: int = 64) -> list[dict]:
         if isinstance(inputs, (str, tuple, dict)):
             raise BertforgeError("give a list of inputs (one answer each), not a single one")
-        requests = []
+        family, requests = self.task.family, []
         for x in inputs:
-            if isinstance(x, str):
-                requests.append({"question": x} if self.task.family == "qa" else {"text": x})
-            elif isinstance(x, tuple) and len(x) == 2:
-                requests.append({"question": x[0], "context": x[1]} if self.task.family == "qa" else
-                                {"text": x[0], "pair": x[1]})
-            elif isinstance(x, dict):
+            if isinstance(x, dict):
                 requests.append(x)
+            elif family == "qa" and isinstance(x, tuple) and len(x) == 2:
+                requests.append({"question": x[0], "context": x[1]})
+            elif family in ("classification", "ner") and isinstance(x, str):
+                requests.append({"text": x})
+            elif family == "classification" and isinstance(x, tuple) and len(x) == 2:
+                requests.append({"text": x[0], "pair": x[1]})
             else:
-                raise BertforgeError(f"an input is a text, a (text, pair) tuple or a request dict, not {x!r:.60}")
+                shapes = {"classification": "a text, a (text, pair) tuple or a request dict", "ner": "a text or "
+                          "a request dict", "qa": "a (question, context) tuple or a request dict",
+                          "multiple-choice": 'a request dict {"context", "choices"}'}[family]
+                raise BertforgeError(f"an input of a {self.task.name} model is {shapes}, not {x!r:.60}")
         examples = [example(self.task, r) for r in requests]
         out = []
         for start in range(0, len(examples), batch_size):

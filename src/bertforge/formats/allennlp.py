@@ -30,6 +30,7 @@ from ..errors import BertforgeError
 
 OPTIONS, WEIGHTS, VOCAB = "options.json", "weights.hdf5", "vocab.txt"
 FILE_SPECIALS = ("<S>", "</S>", "<UNK>")  # bilm-tf's first three words
+ALLENNLP_CHARACTERS = 50  # ELMoCharacterMapper's fixed word length, whatever options.json says
 MASKED = -1e4  # softmax bias of our words the file has no row for (padding, the field mark): never predicted
 
 
@@ -75,15 +76,15 @@ def file_arrays(state: dict[str, torch.Tensor], config: ELMoConfig) -> dict[str,
             out[_lstm(d, layer) + "/W_0"] = _swap_gates(packed, cells).T
             out[_lstm(d, layer) + "/B"] = bias
             out[_lstm(d, layer) + "/W_P_0"] = s[ours + "state_projection.weight"].T
-    if "softmax.weight" in s:  # file rows: <S>, </S>, <UNK>, then our words after the five specials
-        rows = [2, 3, 0, *range(5, config.vocab_size)]
-        out["softmax/W"], out["softmax/b"] = s["softmax.weight"][rows], s["softmax.bias"][rows]
+    rows = [2, 3, 0, *range(5, config.vocab_size)]  # file rows: <S>, </S>, <UNK>, then our words after our specials
+    out["softmax/W"], out["softmax/b"] = s["softmax.weight"][rows], s["softmax.bias"][rows]
     return out
 
 
-def state_of(arrays: dict[str, np.ndarray], config: ELMoConfig) -> dict[str, torch.Tensor]:
-    """The file's datasets (checked against `expected_shapes`) -> our state dict; the softmax, if
-    the file has none, predicts nothing (zero weights, every word equally likely)."""
+def state_of(arrays: dict[str, np.ndarray], config: ELMoConfig, rows: list[int] | None = None) -> dict:
+    """The file's datasets (checked against `expected_shapes`) -> our state dict. `rows[i]` is our
+    word id of the file's softmax row i; without a softmax in the file, ours predicts nothing (zero
+    weights, every word equally likely)."""
     a, cells = arrays, config.cell_size
     s = {"bert.embeddings.embedding.weight": np.concatenate([np.zeros_like(a["char_embed"][:1]), a["char_embed"]])}
     for i in range(len(config.filters)):
@@ -108,8 +109,7 @@ def state_of(arrays: dict[str, np.ndarray], config: ELMoConfig) -> dict[str, tor
     weight = np.zeros((config.vocab_size, config.projection_dim), np.float32)
     bias = np.zeros(config.vocab_size, np.float32)
     if "softmax/W" in a:
-        weight[[2, 3, 0, *range(5, config.vocab_size)]] = a["softmax/W"]
-        bias[[2, 3, 0, *range(5, config.vocab_size)]] = a["softmax/b"]
+        weight[rows], bias[rows] = a["softmax/W"], a["softmax/b"]
         bias[[1, 4]] = MASKED
     s["softmax.weight"], s["softmax.bias"] = weight, bias
     return {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in s.items()}
@@ -175,22 +175,31 @@ def config_of(options, path: str, vocab_size: int) -> ELMoConfig:
         raise BertforgeError(f"{path}: {e}") from None
 
 
-def read_vocab(path: str) -> list[str]:
-    """bilm-tf's vocabulary file -> our word list (our five specials, then its words after its three)."""
-    from ..data.words import SPECIALS
+def read_vocab(path: str) -> tuple[list[str], list[int]]:
+    """bilm-tf's vocabulary file (a word per line; `<S>`, `</S>` and `<UNK>` anywhere, as bilm-tf
+    finds them by name) -> (our word list: our five specials, then its other words in its order;
+    our id of each of its lines, the order of its softmax rows)."""
+    from ..data.words import BOS, EOS, SPECIALS, UNK
 
     try:
         with open(path, encoding="utf-8") as f:
-            words = [line.rstrip("\n") for line in f]
+            lines = [line.rstrip("\n") for line in f]
     except (OSError, UnicodeDecodeError) as e:
         raise BertforgeError(f"{path}: cannot read ({e})") from None
-    for number, word in enumerate(words, 1):
-        if number <= 3 and word != FILE_SPECIALS[number - 1]:
-            raise BertforgeError(f"{path}, line {number}: expected {FILE_SPECIALS[number - 1]} (bilm-tf's vocabulary "
-                                 f"starts with {', '.join(FILE_SPECIALS)}), found {word!r}")
+    ours = {"<S>": BOS, "</S>": EOS, "<UNK>": UNK}
+    seen = {}
+    for number, word in enumerate(lines, 1):
         if not word or word != word.strip() or word in SPECIALS:
             raise BertforgeError(f"{path}, line {number}: {word!r} cannot be a word here")
-    return list(SPECIALS) + words[3:]
+        if word in seen:
+            raise BertforgeError(f"{path}, line {number}: {word!r} again (first on line {seen[word]})")
+        seen[word] = number
+    missing = [w for w in FILE_SPECIALS if w not in seen]
+    if missing:
+        raise BertforgeError(f"{path}: no {', '.join(missing)} (bilm-tf's vocabulary has <S>, </S> and <UNK>)")
+    words = list(SPECIALS) + [w for w in lines if w not in ours]
+    index = {w: i for i, w in enumerate(words)}
+    return words, [index[ours.get(w, w)] for w in lines]
 
 
 def export_allennlp(model_dir: str, out: str) -> dict:
@@ -204,6 +213,12 @@ def export_allennlp(model_dir: str, out: str) -> dict:
     config = native.read_config(model_dir)
     if config.model_type != "elmo":
         raise BertforgeError(f"{model_dir}: a {config.model_type} checkpoint; AllenNLP's format holds ELMo models")
+    if config.architectures != ["ELMoLanguageModel"]:
+        raise BertforgeError(f"{model_dir}: a fine-tuned {config.architectures[0]}; AllenNLP's format holds the "
+                             "biLM itself (export the language model it was fine-tuned from)")
+    if config.max_characters_per_token != ALLENNLP_CHARACTERS:
+        raise BertforgeError(f"{model_dir}: reads {config.max_characters_per_token} characters per word; AllenNLP's "
+                             f"character mapper always gives {ALLENNLP_CHARACTERS}")
     model = native.load_model(ELMoLanguageModel, model_dir)
     vocab = WordVocab.from_pretrained(model_dir)
     words = config.vocab_size - 2  # the file has no padding word or field mark
@@ -231,7 +246,7 @@ def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: 
 
     h5py = _h5py()
     options = _read_json(options_path)
-    words = read_vocab(vocab_path) if vocab_path else None
+    words, rows = read_vocab(vocab_path) if vocab_path else (None, None)
     try:
         f = h5py.File(weights_path, "r")
     except (OSError, ValueError) as e:
@@ -246,14 +261,19 @@ def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: 
                                  f"{softmax_words:,}")
         config = config_of(options, options_path, len(words) if words else 5)
         expected = expected_shapes(config, softmax_words)
-        problems = [f"{name} (missing)" if name not in f else f"{name} {f[name].shape} (expected {shape})"
-                    for name, shape in expected.items() if name not in f or tuple(f[name].shape) != shape]
+        problems = [f"{name} (missing)" if not isinstance(f.get(name), h5py.Dataset) else
+                    f"{name} {f[name].shape} (expected {shape})"
+                    for name, shape in expected.items()
+                    if not isinstance(f.get(name), h5py.Dataset) or tuple(f[name].shape) != shape]
+        if "CNN_proj/W_proj" not in f and sum(n for _, n in config.filters) == config.projection_dim:
+            problems.insert(0, "no CNN_proj (bilm-tf leaves the projection out when the filters add up to "
+                               "projection_dim; this ELMo always has one)")
         if problems:
             raise BertforgeError(f"{weights_path}: does not match {options_path}: " + "; ".join(problems[:6])
                                  + (f" and {len(problems) - 6} more" if len(problems) > 6 else ""))
         arrays = {name: f[name][...] for name in expected}
     model = ELMoLanguageModel(config)
-    load_state(model, state_of(arrays, config), weights_path)
+    load_state(model, state_of(arrays, config, rows), weights_path)
     vocab = WordVocab(words or list(SPECIALS), lowercase=False, characters=config.max_characters_per_token)
     with atomic_directory(out) as tmp:
         native.write(model, tmp, vocab)

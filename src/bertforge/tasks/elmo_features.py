@@ -19,7 +19,7 @@ from ..models.elmo import ELMo
 WORD_DIM = 100  # the task's own word vectors (GloVe's 100 in the paper's NER baseline)
 HIDDEN = 128  # each direction of the task's biLSTM
 MIX_DROPOUT = 0.5  # on the ELMo mix (the paper regularises it with dropout, 0.5 for NER)
-CACHE_BYTES = 2**30  # the frozen biLM's outputs kept per distinct input, up to this much
+CACHE_BYTES = 2**30  # what fine-tuning keeps of the frozen biLM's outputs (keys included)
 
 
 class OverFrozenLM(nn.Module):
@@ -38,14 +38,22 @@ class OverFrozenLM(nn.Module):
         self.bert.eval()  # frozen: no dropout inside the biLM either
         return self
 
+    def keep_lm_layers(self) -> None:
+        """From now on keep the frozen biLM's layers per sentence (fine-tuning turns this on, never
+        inference): the biLM is most of a step's time (85% for elmo-cpu under the task biLSTM) and,
+        frozen and without dropout, gives a sentence the same layers every epoch."""
+        self.lm_cache, self.lm_cache_bytes = {}, 0
+
     def lm_layers(self, batch: dict) -> list[torch.Tensor]:
-        """The frozen biLM's layers for the batch, each (B, T, 2P), zeros at padding. The biLM is
-        most of a step's time (85% for elmo-cpu under the task biLSTM) and, frozen and without
-        dropout, gives an input the same layers every epoch: each sentence's are kept (up to
-        CACHE_BYTES) and the biLM runs only on sentences it has not read."""
+        """The frozen biLM's layers for the batch, each (B, T, 2P), zeros at padding; with
+        `keep_lm_layers`, the biLM reads only the sentences it has not read before (up to CACHE_BYTES
+        kept)."""
         chars, mask = batch["input_chars"], batch["attention_mask"].bool()
+        cache = self.__dict__.get("lm_cache")
+        if cache is None:
+            with torch.no_grad():
+                return self.bert(chars, mask)
         lengths = mask.sum(1).tolist()
-        cache = self.__dict__.setdefault("_lm_cache", {})  # not a buffer: never saved with the model
         keys = [chars[i, :n].cpu().numpy().tobytes() for i, n in enumerate(lengths)]
         rows = {i: cache[k] for i, k in enumerate(keys) if k in cache}
         new = [i for i in range(len(keys)) if i not in rows]
@@ -54,11 +62,11 @@ class OverFrozenLM(nn.Module):
             with torch.no_grad():
                 layers = self.bert(chars[new, :longest], mask[new, :longest])
             for j, i in enumerate(new):
-                rows[i] = [layer[j, :lengths[i]].clone() for layer in layers]
-                size = sum(r.numel() * r.element_size() for r in rows[i])
-                if self.__dict__.get("_lm_cache_bytes", 0) + size <= CACHE_BYTES:
-                    cache[keys[i]] = rows[i]
-                    self._lm_cache_bytes = self.__dict__.get("_lm_cache_bytes", 0) + size
+                rows[i] = [layer[j, :lengths[i]] for layer in layers]
+                size = len(keys[i]) + sum(r.numel() * r.element_size() for r in rows[i])
+                if self.lm_cache_bytes + size <= CACHE_BYTES:
+                    cache[keys[i]] = [r.clone() for r in rows[i]]  # not a view that holds the whole batch
+                    self.lm_cache_bytes += size
         out = [chars.new_zeros((*mask.shape, r.shape[-1]), dtype=r.dtype) for r in rows[0]]
         for i, layers in rows.items():
             for layer, row in zip(out, layers):

@@ -14,11 +14,18 @@ import time
 from ..errors import BertforgeError
 
 
+def _read_umask() -> int:
+    umask = os.umask(0)  # the only way to read it is to set it: once, at import, before any threads
+    os.umask(umask)
+    return umask
+
+
+UMASK = _read_umask()
+
+
 def _ordinary_permissions(path: str, directory: bool) -> None:
     # mkstemp and mkdtemp create 0600 / 0700; a saved model should be readable like any other file.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
+    os.chmod(path, (0o777 if directory else 0o666) & ~UMASK)
 
 
 @contextlib.contextmanager
