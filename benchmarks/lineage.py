@@ -122,9 +122,12 @@ def pretrain(name: str, corpus: str, work: str, minutes: float) -> dict:
         with open(os.path.join(work, "sst2-train-10k.tsv"), encoding="utf-8") as f, \
                 open(text, "w", encoding="utf-8") as out:
             out.writelines(line.split("\t")[0] + "\n\n" for line in list(f)[1:])
-        wall += run([*BERTFORGE, "pretrain", *MODELS[name], "--init", os.path.join(run_dir, "model"),
-                     "--corpus", text, "--layout", "lines", "--out", run_dir + "-sst2",
-                     "--max-minutes", str(minutes - stage1), *common])
+        if os.path.isdir(os.path.join(run_dir + "-sst2", "model")):  # kept from an earlier call
+            wall += max(r.get("elapsed_s", 0) for r in records(run_dir + "-sst2")) / 60
+        else:
+            wall += run([*BERTFORGE, "pretrain", *MODELS[name], "--init", os.path.join(run_dir, "model"),
+                         "--corpus", text, "--layout", "lines", "--out", run_dir + "-sst2",
+                         "--max-minutes", str(minutes - stage1), *common])
         figures["target_lm"] = figures_of(run_dir + "-sst2", name)["held_out"]
     figures["wall_minutes"] = round(wall, 1)
     return figures
@@ -176,6 +179,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0, help="pretraining budget of each model")
     parser.add_argument("--out", default="runs/bench-lineage")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="fine-tuning seeds")
+    parser.add_argument("--results", default="results.json",
+                        help="the file (in --out) that keeps the runs; another one lets two calls fine-tune at once")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--starts", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
@@ -183,7 +188,7 @@ def main() -> None:
     corpus, work = workspace(args.out)
     subsets(work)
     authors(work)
-    saved = os.path.join(work, "results.json")
+    saved = os.path.join(work, args.results)
     results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}
 
     def keep():
