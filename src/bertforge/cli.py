@@ -263,21 +263,16 @@ def cmd_finetune(args) -> None:
           f"{best['step']}; model in {args.out}/model")
 
 
-def _one_or_more(models: list[str]) -> str | list[str]:
-    return models[0] if len(models) == 1 else models
-
-
 def cmd_evaluate(args) -> None:
     from .finetune import evaluate
 
-    print(json.dumps(evaluate(_one_or_more(args.model), args.data, args.batch_size, resolve_device(args.device))))
+    print(json.dumps(evaluate(args.model, args.data, args.batch_size, resolve_device(args.device))))
 
 
 def cmd_predict(args) -> None:
     from .finetune import predict
 
-    n = predict(_one_or_more(args.model), args.input, args.output, args.batch_size, args.format,
-                resolve_device(args.device))
+    n = predict(args.model, args.input, args.output, args.batch_size, args.format, resolve_device(args.device))
     if args.output:
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
 

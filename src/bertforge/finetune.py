@@ -242,6 +242,7 @@ def load_ensemble(directories: list[str], device: str | torch.device = "cpu") ->
     if len(members) > 1 and task.family != "classification":
         raise BertforgeError(f"{directories[0]}: an ensemble averages class probabilities (or scores): "
                              f"classification and regression models only, not {task.name}")
+
     def reads(t, model) -> dict:  # what must agree for members to answer the same examples
         return {"task": t.name, "labels": label_names_of(model), "regression": t.regression,
                 "columns": (t.text_column, t.pair_column, t.label_column), "symmetric": t.symmetric}

@@ -54,7 +54,8 @@ class OverFrozenLM(nn.Module):
             with torch.no_grad():
                 return self.bert(chars, mask)
         lengths = mask.sum(1).tolist()
-        keys = [chars[i, :n].cpu().numpy().tobytes() for i, n in enumerate(lengths)]
+        on_host = chars.cpu().numpy()  # one copy from the device, not one per sentence
+        keys = [on_host[i, :n].tobytes() for i, n in enumerate(lengths)]
         rows = {i: cache[k] for i, k in enumerate(keys) if k in cache}
         new = [i for i in range(len(keys)) if i not in rows]
         if new:
