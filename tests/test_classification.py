@@ -53,8 +53,8 @@ def test_a_tiny_model_overfits_a_handful_of_sentences(base_model, tmp_path):
     data = write_tsv(tmp_path / "train.tsv", rows)
     result = finetune(make_task("sst2"), data, data, base_model, str(tmp_path / "run"), epochs=15, batch_size=8,
                       options=quick(tmp_path / "run"))
-    assert result["best"]["score"] == 100.0
-    assert evaluate(str(tmp_path / "run" / "model"), data) == {"accuracy": 100.0, "examples": 16, "truncated": 0}
+    assert result["best"]["score"] == 1.0
+    assert evaluate(str(tmp_path / "run" / "model"), data) == {"accuracy": 1.0, "examples": 16, "truncated": 0}
 
 
 def test_saved_classifier_matches_transformers_with_label_names(base_model, tmp_path):
@@ -80,7 +80,7 @@ def test_regression_overfits_scores(base_model, tmp_path):
     task = make_task("regression", label_column="score")
     result = finetune(task, data, data, base_model, str(tmp_path / "run"), epochs=60, batch_size=8,
                       options=quick(tmp_path / "run"))
-    assert result["best"]["score"] > 95  # Pearson, in percent
+    assert result["best"]["score"] > 0.95  # Pearson, a coefficient
     model, task, _ = load_finetuned(str(tmp_path / "run" / "model"))
     assert model.bert.config.problem_type == "regression"
 
@@ -94,13 +94,13 @@ def test_predict_and_evaluate_through_the_command_line(base_model, tmp_path, cap
     model = str(tmp_path / "run" / "model")
     # the scores it was kept for, and a card saying what it is, travel with the model
     kept = json.loads((tmp_path / "run" / "model" / "eval_results.json").read_text())
-    assert kept["accuracy"] == 100.0 and kept["step"] >= 1
+    assert kept["accuracy"] == 1.0 and kept["step"] >= 1
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert "fine-tuned by bertforge for `sst2`" in card and "AutoModelForSequenceClassification" in card
-    assert "accuracy 100.0" in card
+    assert "accuracy 100.0%" in card  # percent for people; fractions in the file
     capsys.readouterr()
     assert main(["evaluate", "--model", str(tmp_path / "run"), "--data", data]) == 0  # a run folder: its model/
-    assert json.loads(capsys.readouterr().out)["accuracy"] == 100.0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == 1.0
     monkeypatch.setattr("sys.stdin", io.StringIO("a good film\nawful acting\n"))
     assert main(["predict", "--model", model]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -234,9 +234,9 @@ def test_json_arrays_read_like_jsonl_and_unknown_suffixes_are_refused(tmp_path):
     (tmp_path / "d.json").write_text('[\n  {"sentence": "fine", "label": 1},\n  7\n]')
     with pytest.raises(BertforgeError, match=r"d.json, line 3: example 2 is not a JSON object"):
         task.read(str(tmp_path / "d.json"))
-    (tmp_path / "e.parquet").write_text("PAR1")
+    (tmp_path / "e.xlsx").write_text("PK")
     with pytest.raises(BertforgeError, match="cannot tell the format"):
-        task.read(str(tmp_path / "e.parquet"))
+        task.read(str(tmp_path / "e.xlsx"))
 
 
 def test_sample_limits_and_a_time_budget(base_model, tmp_path, capsys):

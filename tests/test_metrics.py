@@ -90,9 +90,10 @@ def test_squad_normalisation_and_scores_follow_the_official_script():
     assert metrics.squad_f1("Denver Broncos", "the Broncos") == pytest.approx(2 * 0.5 * 1 / 1.5)
     scores = metrics.squad_scores({"q1": "Denver Broncos", "q2": "1990", "q3": ""},
                                   {"q1": ["Broncos", "Denver Broncos"], "q2": ["in 1991"], "q3": ["", ""]})
-    assert scores["exact"] == pytest.approx(100 * 2 / 3)
-    assert scores["f1"] == pytest.approx(100 * 2 / 3)
-    assert scores["HasAns_total"] == 2 and scores["NoAns_exact"] == 100.0 and scores["HasAns_exact"] == 50.0
+    # fractions in [0, 1]: the official script's percent / 100
+    assert scores["exact"] == pytest.approx(2 / 3)
+    assert scores["f1"] == pytest.approx(2 / 3)
+    assert scores["HasAns_total"] == 2 and scores["NoAns_exact"] == 1.0 and scores["HasAns_exact"] == 0.5
 
 
 def test_null_threshold_search_maximises_f1():

@@ -96,10 +96,10 @@ def test_a_tiny_model_overfits_ner_and_matches_transformers(base_model, tmp_path
     data = write_conll(tmp_path / "train.txt")
     result = finetune(make_task("ner"), data, data, base_model, str(tmp_path / "run"), epochs=40, batch_size=6,
                       options=quick(tmp_path / "run"))
-    assert result["best"]["score"] == 100.0
+    assert result["best"]["score"] == 1.0
     model_dir = tmp_path / "run" / "model"
     scores = evaluate(str(model_dir), data)
-    assert scores["f1"] == 100.0 and scores["accuracy"] == 100.0
+    assert scores["f1"] == 1.0 and scores["accuracy"] == 1.0
     config = json.loads((model_dir / "config.json").read_text())
     assert config["architectures"] == ["BertForTokenClassification"] and config["id2label"]["0"] == "O"
     # without --crf: no CRF recorded, no heads file beside the HF weights (see test_crf.py for one with)

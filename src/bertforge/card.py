@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from .metrics import format_scores
 from .training.atomic import atomic_file
 
 # The `transformers` class a user loads each architecture with.
@@ -39,7 +40,7 @@ def write_card(model_dir: str, run_config: dict, metrics: dict | None, step: int
     training = run_config.get("training", {})
     recipe = ", ".join(f"{k} {training[k]}" for k in ("lr", "schedule", "warmup", "weight_decay", "seed")
                        if k in training)
-    scores = ", ".join(f"{k} {v}" for k, v in (metrics or {}).items()) or "not evaluated"
+    scores = format_scores(metrics or {}) or "not evaluated"  # percent here; fractions in eval_results.json
     size = f"{config.get('num_hidden_layers', config.get('n_layer'))} layers of " \
            f"{config.get('hidden_size', config.get('n_embd'))}, vocabulary {config.get('vocab_size')}"
     card = f"""# {os.path.basename(os.path.dirname(os.path.abspath(model_dir))) or "model"}

@@ -13,19 +13,33 @@ import sys
 from .checks import check_options
 from .config import AWD_LSTM_PRESETS, ELMO_PRESETS, PRESETS
 from .errors import BertforgeError
+from .training.tracking import check_reporters
 
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
 OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt", "awd-lstm", "elmo"]
 RECURRENT_NAMES = ["awd-lstm", "elmo"]  # pretrain_recurrent.RECURRENT_OBJECTIVES
 VOCAB_KINDS = ["wordpiece", "byte-bpe", "bpe"]  # tokenizer.KINDS
+# training.tracking.REPORTERS: the trackers fed metrics.jsonl's records
+REPORT_TO = dict(nargs="+", action="extend", choices=["csv", "tensorboard", "wandb"], metavar="TRACKER",
+                 help="also send every record of metrics.jsonl to: csv (OUT/metrics.csv), tensorboard "
+                      "(OUT/tensorboard), wandb (Weights & Biases; its WANDB_* variables apply); several may "
+                      "be named (default: none)")
 
 
 def cmd_tokenizer_train(args) -> None:
+    from .data.corpus import find_files
+    from .report import header, say
     from .tokenizer import Tokenizer
 
+    files = find_files(args.files)  # every file there, before the header (their text is checked as it is read)
+    size = sum(os.path.getsize(f) for f in files)
+    packed = " (gzip-compressed size)" if any(f.endswith(".gz") for f in files) else ""
+    vocabulary = (f"vocabulary: {args.vocab_size:,} tokens, {args.kind}, {'cased' if args.cased else 'lowercased'}, "
+                  f"min frequency {args.min_frequency}")
+    say(header(data=f"{len(files):,} file(s), {size / 1e6:,.1f} MB{packed}", output=args.out, extra=(vocabulary,)))
     tokenizer = Tokenizer.train(
-        files=args.files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+        files=files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
         lowercase=not args.cased, strip_accents=args.strip_accents, split_cjk=not args.no_cjk_split,
         limit_alphabet=args.limit_alphabet, show_progress=True, kind=args.kind,
     )
@@ -56,8 +70,10 @@ def cmd_pretrain(args) -> None:
 
     if args.steps is None and args.max_minutes is None:
         raise BertforgeError("give a budget: --steps, --max-minutes, or both")
+    check_reporters(args.report_to)  # a tracker's missing package, before any work
     if args.objective in RECURRENT_NAMES:
         return cmd_pretrain_recurrent(args)
+    as_given = run_arguments(args)  # as given, before the recipe fills in what was left out
     if args.preset and args.preset not in PRESETS:
         raise BertforgeError(f"--preset {args.preset} is a recurrent model's size; choose one of "
                              f"{', '.join(sorted(PRESETS))}")
@@ -96,7 +112,7 @@ def cmd_pretrain(args) -> None:
         schedule=schedule, weight_decay=args.weight_decay, accum=args.accum, clip=clip,
         precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
         eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
-        progress=not args.quiet, compile=args.compile,
+        progress=not args.quiet, compile=args.compile, report_to=args.report_to or (),
     )
     masking = masking_options(args.objective, mask_prob=mask_prob, replace_prob=args.replace_prob,
                               random_prob=args.random_prob, whole_word=args.whole_word or None, scheme=args.masking)
@@ -107,7 +123,7 @@ def cmd_pretrain(args) -> None:
         batch_size=args.batch_size,
         short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
-        recipe=args.recipe, positions=positions, dropout=dropout, init=args.init,
+        recipe=args.recipe, positions=positions, dropout=dropout, init=args.init, command_line=as_given,
     )
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
@@ -135,13 +151,13 @@ def cmd_pretrain_recurrent(args) -> None:
         betas=None if args.beta2 is None else (0.8, args.beta2), steps=args.steps, max_minutes=args.max_minutes,
         weight_decay=args.weight_decay, accum=args.accum, precision=args.precision, log_every=args.log_every,
         eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
-        seed=args.seed, progress=not args.quiet, compile=args.compile)
+        seed=args.seed, progress=not args.quiet, compile=args.compile, report_to=args.report_to)
     result = pretrain_recurrent(
         args.corpus, args.out, args.objective, preset=args.preset, init=args.init,
         vocab_size=args.vocab_size or 60000, min_freq=args.min_freq, rules=not args.no_rules, bptt=args.bptt,
         batch_size=args.batch_size, layout=args.layout, text_field=args.text_field,
         eval_fraction=args.eval_fraction, resume=args.resume, options=options, backwards=args.backwards,
-        dropout_scale=args.dropout_scale, sampled_softmax=args.sampled_softmax)
+        dropout_scale=args.dropout_scale, sampled_softmax=args.sampled_softmax, command_line=run_arguments(args))
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
     if result["status"] == "interrupted":
@@ -226,6 +242,7 @@ def cmd_finetune(args) -> None:
     from .tasks import make_task
     from .training.trainer import TrainOptions
 
+    check_reporters(args.report_to)  # a tracker's missing package, before any work
     task = make_task(args.task, text_column=_column(args.text_column), pair_column=_column(args.pair_column),
                      label_column=_column(args.label_column), max_seq_length=args.max_seq_length,
                      header=False if args.no_header else None, tag_column=args.tag_column,
@@ -252,27 +269,37 @@ def cmd_finetune(args) -> None:
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
         log_every=args.log_every, keep=1, seed=args.seed, progress=not args.quiet, patience=args.patience,
         unfreeze_every=args.unfreeze_every, compile=args.compile, max_minutes=args.max_minutes,
+        report_to=args.report_to or (),
     )
     result = finetune(task, args.train, args.dev, args.model, args.out, epochs=args.epochs,
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
                       eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
                       max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                      crf=args.crf, tagger=args.tagger)
+                      crf=args.crf, tagger=args.tagger, command_line=run_arguments(args))
     best = result["best"]
-    print(f"{result['status']} at step {result['step']}; best {options.select} {best['score']} at step "
-          f"{best['step']}; model in {args.out}/model")
+    from .metrics import format_score, format_scores
+
+    kept = format_scores(best.get("metrics") or {}, skip=(options.select,))
+    print(f"{result['status']} at step {result['step']}; best {options.select} "
+          f"{format_score(options.select, best['score'])} at step {best['step']}" + (f" ({kept})" if kept else "")
+          + f"; model in {args.out}/model")
 
 
 def cmd_evaluate(args) -> None:
     from .finetune import evaluate
+    from .metrics import format_scores
 
-    print(json.dumps(evaluate(args.model, args.data, args.batch_size, resolve_device(args.device))))
+    result = evaluate(args.model, args.data, args.batch_size, resolve_device(args.device), args.precision,
+                      progress=True)
+    print(json.dumps(result))  # fractions, for programs; for people, in percent on standard error:
+    print(format_scores(result), file=sys.stderr)
 
 
 def cmd_predict(args) -> None:
     from .finetune import predict
 
-    n = predict(args.model, args.input, args.output, args.batch_size, args.format, resolve_device(args.device))
+    n = predict(args.model, args.input, args.output, args.batch_size, args.format, resolve_device(args.device),
+                args.precision, progress=True)  # a header and progress on standard error; predictions may go to standard output
     if args.output:
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)
 
@@ -285,10 +312,15 @@ def cmd_embed(args) -> None:
     texts = [line.rstrip("\r") for line in read_text(args.input).split("\n") if line.strip()]
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
-    embedder = Embedder.from_pretrained(args.model, resolve_device(args.device))
+    embedder = Embedder.from_pretrained(args.model, resolve_device(args.device), args.precision)
     layers = args.layers or ("all" if hasattr(embedder, "vocab") else "last")  # ELMo: the average of its layers
     layers = int(layers) if layers.lstrip("-").isdigit() else layers
-    vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_length, args.precision,
+    from .report import header, say
+
+    say(header(embedder.model, next(embedder.model.parameters()).device, args.precision,
+               f"{len(texts):,} texts from {args.input or 'standard input'}",
+               f"{args.output}: layers {layers}, pooling {args.pooling or 'its default'}"))
+    vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_length,
                               progress=len(texts) >= 1000)  # a few seconds' work or more
     # cut exactly as encode() cuts, so tokens and vectors line up
     tokens = embedder.tokens(texts, args.max_length) if args.pooling == "tokens" else None
@@ -325,6 +357,13 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default in (None, False, argparse.SUPPRESS) or "default" in text or action.required:
             return text
         return super()._get_help_string(action)
+
+
+# --precision of the commands that only run a model (evaluate, predict, embed).
+INFERENCE_PRECISION = dict(
+    choices=["fp32", "bf16", "int8"], default="fp32",
+    help="bf16: the matrix products in bf16 (fast where the CPU or GPU has it; outputs within ~1e-2 of fp32's); "
+         "int8: the linear layers quantized, CPU only (see the README's speed section for its speed and accuracy)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -451,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--save-every", type=int, default=500, help="steps between checkpoints")
     log.add_argument("--keep", type=int, default=2, help="checkpoints kept")
     log.add_argument("--quiet", action="store_true", help="no progress bars")
+    log.add_argument("--report-to", **REPORT_TO)
     pre.set_defaults(func=cmd_pretrain)
 
     fine = commands.add_parser("finetune", help="fine-tune a pretrained BERT (or GPT-1) for a task",
@@ -528,6 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--seed", type=int, default=42, help="seed for the head, shuffling and dropout")
     fine.add_argument("--resume", action="store_true", help="continue the run in --out")
     fine.add_argument("--quiet", action="store_true", help="no progress bars")
+    fine.add_argument("--report-to", **REPORT_TO)
     fine.set_defaults(func=cmd_finetune)
 
     ev = commands.add_parser("evaluate", help="score a fine-tuned model on a labelled file")
@@ -536,6 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "forward and backward models) are scored as their ensemble: the mean of their probabilities")
     ev.add_argument("--data", required=True, help="a labelled file in the task's layout")
     ev.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
+    ev.add_argument("--precision", **INFERENCE_PRECISION)
     ev.set_defaults(func=cmd_evaluate)
 
     pr = commands.add_parser("predict", help="predict with a fine-tuned model (the task is read from its config)")
@@ -548,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--format", choices=["jsonl", "conll"],
                     help="jsonl, or conll: word, gold tag (if known), predicted tag per line (tagging models) "
                          "(default: from the --output suffix, .jsonl or .conll; jsonl on standard output)")
+    pr.add_argument("--precision", **INFERENCE_PRECISION)
     pr.set_defaults(func=cmd_predict)
 
     em = commands.add_parser("embed", help="contextual vectors per sentence or per token",
@@ -564,8 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "sentence-transformers model's own pooling and normalisation, else mean)")
     em.add_argument("--batch-size", type=int, default=128, help="texts per forward pass (grouped by length)")
     em.add_argument("--max-length", type=int, help="tokens per text (default: the model's maximum)")
-    em.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                    help="bf16: faster matrix products, vectors within ~1e-2 of fp32's")
+    em.add_argument("--precision", **INFERENCE_PRECISION)
     em.set_defaults(func=cmd_embed)
 
     fill = commands.add_parser("fill-mask", help="predict the tokens hidden by [MASK]")
@@ -659,6 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("evaluate", "predict", "embed", "fill-mask", "generate", "serve"):
         commands.choices[name].add_argument("--device", default="auto",
                                             help="auto (a GPU when there is one, else the CPU), cpu, cuda or cuda:N")
+    for name in REPLAYABLE:
+        commands.choices[name].add_argument(
+            "--config", metavar="RUN_CONFIG.json",
+            help="replay a run: the options saved in its run_config.json become the defaults, and options given "
+                 "here override them (--out OTHER to replay it elsewhere)")
     for command in [*commands.choices.values(), *tokenizer_commands.choices.values()]:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command.formatter_class = HelpFormatter
@@ -666,8 +713,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = argparse.Namespace(debug="--debug" in argv)  # what the error boundary reads until the parse
     try:
+        parser = build_parser()
+        config_defaults(parser, argv)
+        args = parser.parse_args(argv)
         check_options(vars(args), args.command)
         for name in ("model", "init"):  # a run directory stands for the model it wrote
             value = getattr(args, name, None)
@@ -688,6 +739,103 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertforge: error: {describe(e)}", file=sys.stderr)
         return 2
     return 0
+
+
+# Options that say where a run goes on, not what it is: not saved for a replay, nor read from a config.
+NOT_REPLAYED = ("config", "resume", "debug", "help")
+# Saved absolute, so that a replay finds the same files from any working directory.
+PATH_OPTIONS = ("corpus", "out", "tokenizer", "init", "cache_dir", "train", "dev", "model")
+REPLAYABLE = ("pretrain", "finetune")
+
+
+def run_arguments(args) -> dict:
+    """The command and every option of a pretrain or finetune run, in the command line's own names
+    (argparse's dests), as given: saved in the run's run_config.json, so that `--config` replays it."""
+    options = {}
+    for name, value in vars(args).items():
+        if name in ("command", "func", *NOT_REPLAYED):
+            continue
+        if name in PATH_OPTIONS and value is not None:
+            value = [os.path.abspath(v) for v in value] if isinstance(value, list) else os.path.abspath(value)
+        options[name] = value
+    return {"command": args.command, "args": options}
+
+
+def config_defaults(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """`pretrain` and `finetune` with `--config FILE`: the options saved in FILE (a run's
+    run_config.json) become the command's defaults, so that options on the command line override them."""
+    command = next((a for a in argv if not a.startswith("-")), None)  # the top level takes no values
+    if command not in REPLAYABLE:
+        return
+    probe = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    probe.add_argument("--config")
+    try:
+        path = probe.parse_known_args(argv)[0].config
+    except argparse.ArgumentError:  # `--config` without a file: the real parse says so
+        return
+    if path is None:
+        return
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    saved = read_run_config(path, command, sub)
+    sub.set_defaults(**saved)
+    for action in sub._actions:
+        if action.dest in saved:
+            action.required = False
+
+
+def read_run_config(path: str, command: str, sub: argparse.ArgumentParser) -> dict:
+    """The options saved in `path` (its "command" and "args"), checked as the command line checks
+    them: each must be an option of `command`, of the option's type, among its choices, in its range."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except OSError as e:
+        raise BertforgeError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise BertforgeError(f"{path}: not a JSON file ({' '.join(str(e).split())})") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("command"), str) or \
+            not isinstance(saved.get("args"), dict):
+        raise BertforgeError(f'{path}: no "command" and "args" to replay (a run_config.json written by bertforge '
+                             f'{command} has them; runs made before they were recorded do not)')
+    if saved["command"] != command:
+        raise BertforgeError(f"{path}: the settings of a bertforge {saved['command']} run, not {command}: "
+                             f"replay it with bertforge {saved['command']} --config")
+    actions = {a.dest: a for a in sub._actions if a.dest not in NOT_REPLAYED}
+    options = {}
+    for name, value in saved["args"].items():
+        if name not in actions:
+            raise BertforgeError(f"{path}: unknown option {name!r} for bertforge {command}")
+        options[name] = _saved_value(actions[name], value, path)
+    try:
+        check_options(options, command)
+    except BertforgeError as e:
+        raise BertforgeError(f"{path}: {e}") from None
+    return options
+
+
+def _saved_value(action: argparse.Action, value, path: str):
+    """`value` from a config file for `action`, as the command line would have given it (a float
+    option's 3 as 3.0), or a one-line error naming the file and the option."""
+    if value is None:
+        return None
+    if action.nargs == 0:  # a switch
+        if isinstance(value, bool):
+            return value
+        expected = "true or false"
+    else:
+        many = action.nargs in ("+", "*")
+        items = value if many and isinstance(value, list) and value else [value] if not many else None
+        kind = {int: (int,), float: (int, float)}.get(action.type, (str,))
+        if items is not None and all(isinstance(v, kind) and not isinstance(v, bool) for v in items) and \
+                (action.choices is None or all(v in action.choices for v in items)):
+            items = [float(v) for v in items] if action.type is float else items
+            return items if many else items[0]
+        expected = ("an integer" if action.type is int else "a number" if action.type is float else "text")
+        if action.choices is not None:
+            expected = f"one of {', '.join(map(str, action.choices))}"
+        if many:
+            expected = f"a non-empty list, each {expected}"
+    raise BertforgeError(f"{path}: option {action.dest!r} must be {expected}, got {value!r}")
 
 
 def _version() -> str:

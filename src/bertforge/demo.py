@@ -111,8 +111,8 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = 
     print("\nheld-out loss as training goes (MLM + NSP, on plays held out by the run):")
     for r in evals:
         e = r["eval"]
-        print(f"  step {r['step']:>5}  loss {e['loss']:.3f}  MLM accuracy {e['mlm_accuracy']:.3f}  "
-              f"NSP accuracy {e['nsp_accuracy']:.3f}")
+        print(f"  step {r['step']:>5}  loss {e['loss']:.3f}  MLM accuracy {e['mlm_accuracy']:.1%}  "
+              f"NSP accuracy {e['nsp_accuracy']:.1%}")
     model_dir = os.path.join(run, "model")
     print(f"\n{HELD_OUT[:-4]}, never seen in training (bertforge evaluate-lm {model_dir} {held_out}):")
     result = evaluate_lm(model_dir, [held_out], layout="prose", cache_dir=os.path.join(out, "cache"))

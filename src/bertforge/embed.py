@@ -14,6 +14,7 @@ from torch import nn
 from .errors import BertforgeError
 from .formats.hf import load_pretrained, read_config
 from .progress import progress as progress_bar
+from .quantize import for_inference
 from .tasks.common import in_length_order, token_types
 from .tokenizer import Tokenizer
 from .training.allocator import reuse_freed_memory
@@ -67,18 +68,23 @@ class Embedder:
     """
 
     def __init__(self, model, tokenizer: Tokenizer, pooling: str = "mean", normalize: bool = False,
-                 max_length: int | None = None):
+                 max_length: int | None = None, precision: str = "fp32"):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.pooling, self.normalize, self.max_length = pooling, normalize, max_length
+        self.autocast = for_inference(self.model, precision)
 
     @classmethod
-    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "Embedder | ELMoEmbedder":
-        """The encoder of any HF BERT-family directory (heads are left out), or an ELMo biLM's."""
+    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu",
+                        precision: str = "fp32") -> "Embedder | ELMoEmbedder":
+        """The encoder of any HF BERT-family directory (heads are left out), or an ELMo biLM's.
+        `precision`: fp32; bf16 (the matrix products in bf16: about 1.7x faster on a CPU with
+        AVX512-BF16 or a recent GPU; vectors then differ from fp32 ones by ~1e-2 at most); int8
+        (the linear layers quantized, CPU only; see `bertforge.quantize`). Vectors are fp32 always."""
         if read_config(directory).model_type == "elmo":
-            return ELMoEmbedder.from_pretrained(directory, device)
+            return ELMoEmbedder.from_pretrained(directory, device, precision)
         return cls(load_pretrained(directory, device=device), Tokenizer.from_pretrained(directory),
-                   **sentence_transformers_settings(directory))
+                   **sentence_transformers_settings(directory), precision=precision)
 
     def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
         """The tokens `encode` gives vectors for, with `pooling="tokens"`."""
@@ -86,16 +92,14 @@ class Embedder:
         return [e.tokens for e in self.tokenizer.encode_batch(texts, max_length=limit)]
 
     def encode(self, texts: list[str], layers: str | int = "last", pooling: str | None = None, batch_size: int = 128,
-               max_length: int | None = None, precision: str = "fp32", normalize: bool | None = None,
+               max_length: int | None = None, normalize: bool | None = None,
                progress: bool = False) -> list[np.ndarray] | np.ndarray:
-        """Vectors for `texts`.
+        """Vectors for `texts`, in the precision the embedder was loaded with.
 
         `pooling`: `mean` over the real tokens, `cls` (the [CLS] vector), both giving an (N, D) array;
         or `tokens`, giving one (tokens, D) array per text, special tokens included. `normalize`
         scales each vector to length 1. Unset, both (and `max_length`) are the embedder's defaults.
-        Texts are batched in order of length, so little is computed on padding. `precision` "bf16"
-        runs the matrix products in bf16 (about 1.7x faster on a CPU with AVX512-BF16; vectors then
-        differ from fp32 ones by ~1e-2 at most); the vectors are always returned in fp32.
+        Texts are batched in order of length, so little is computed on padding.
         `progress` shows a bar over the batches (worth it for many thousands of texts).
         """
         pooling = pooling or self.pooling
@@ -103,31 +107,32 @@ class Embedder:
         max_length = max_length or self.max_length
         if pooling not in POOLING:
             raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
-        if precision not in ("fp32", "bf16"):
-            raise BertforgeError(f"precision must be fp32 or bf16, got {precision!r}")
         reuse_freed_memory()
         model, tokenizer = self.model, self.tokenizer
         device = next(model.parameters()).device
         encodings = tokenizer.encode_batch(texts, max_length=max_length or model.config.max_length)
         out = [None] * len(texts)
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
         bar = progress_bar(total=len(texts), desc="embed", unit="texts", disable=not progress)
-        with torch.inference_mode(), autocast:
+        with torch.inference_mode(), self.autocast:
             for rows in in_length_order(encodings, batch_size):
                 bar.update(len(rows))
                 batch = {k: v.to(device) for k, v in tokenizer.pad([encodings[i] for i in rows]).items()}
                 batch["token_type_ids"] = token_types(model, batch["token_type_ids"])
-                states = model(**batch, output_hidden_states=True).hidden_states
-                vectors = combine(states, layers).float()  # (B, T, D)
-                mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
-                for k, i in enumerate(rows):
-                    n = len(encodings[i])
-                    if pooling == "tokens":
-                        out[i] = vectors[k, :n].cpu().numpy()
-                    elif pooling == "cls":
-                        out[i] = vectors[k, 0].cpu().numpy()
-                    else:
-                        out[i] = ((vectors[k] * mask[k]).sum(0) / mask[k].sum()).cpu().numpy()
+                if layers == "last":  # no need to keep every layer's states
+                    vectors = model(**batch).last_hidden_state.float()  # (B, T, D)
+                else:
+                    vectors = combine(model(**batch, output_hidden_states=True).hidden_states, layers).float()
+                if pooling == "tokens":
+                    for k, i in enumerate(rows):
+                        out[i] = vectors[k, :len(encodings[i])].cpu().numpy()
+                    continue
+                if pooling == "cls":
+                    pooled = vectors[:, 0]
+                else:
+                    mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
+                    pooled = (vectors * mask).sum(1) / mask.sum(1)  # (B, D)
+                for i, vector in zip(rows, pooled.cpu().numpy()):
+                    out[i] = vector
         bar.close()
         if normalize:  # sentence-transformers' Normalize: v / max(|v|, 1e-12), per vector
             out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
@@ -141,24 +146,27 @@ class ELMoEmbedder:
     projection wide: layer 0 the character-based word vector (twice), then each LSTM layer.
     `layers="all"` (the default) is their average: the scalar mix before a task has learned one."""
 
-    def __init__(self, model, vocab, max_length: int | None = None):
+    def __init__(self, model, vocab, max_length: int | None = None, precision: str = "fp32"):
         self.model, self.vocab, self.max_length = model.eval(), vocab, max_length
         self.pooling, self.normalize = "mean", False
+        self.autocast = for_inference(self.model, precision)
 
     @classmethod
-    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "ELMoEmbedder":
+    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu",
+                        precision: str = "fp32") -> "ELMoEmbedder":
         from .data.words import WordVocab
         from .formats import native
         from .models.elmo import ELMoLanguageModel
 
-        return cls(native.load_model(ELMoLanguageModel, directory, device).bert, WordVocab.from_pretrained(directory))
+        return cls(native.load_model(ELMoLanguageModel, directory, device).bert, WordVocab.from_pretrained(directory),
+                   precision=precision)
 
     def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
         limit = max_length or self.max_length
         return [self.vocab.tokenize(t)[:limit] for t in texts]
 
     def encode(self, texts: list[str], layers: str | int = "all", pooling: str | None = None, batch_size: int = 64,
-               max_length: int | None = None, precision: str = "fp32", normalize: bool | None = None,
+               max_length: int | None = None, normalize: bool | None = None,
                progress: bool = False) -> list[np.ndarray] | np.ndarray:
         """Vectors for `texts`, as `Embedder.encode`: mean over the words, or `tokens` (one vector
         per word). `cls` has no meaning here (there is no [CLS])."""
@@ -172,8 +180,7 @@ class ELMoEmbedder:
         device = next(self.model.parameters()).device
         out = [None] * len(texts)
         bar = progress_bar(total=len(texts), desc="embed", unit="texts", disable=not progress)
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-        with torch.inference_mode(), autocast:
+        with torch.inference_mode(), self.autocast:
             for rows in in_length_order(words, batch_size):
                 bar.update(len(rows))
                 width = max(len(words[i]) for i in rows) + 2
@@ -234,8 +241,8 @@ def embed(directory: str, texts: list[str], layers: str | int = "last", pooling:
           batch_size: int = 128, max_length: int | None = None, precision: str = "fp32",
           device: str | torch.device = "cpu", progress: bool = False) -> list[np.ndarray] | np.ndarray:
     """Vectors for `texts` from the encoder in `directory` (any HF BERT directory); see `Embedder.encode`."""
-    return Embedder.from_pretrained(directory, device).encode(texts, layers, pooling, batch_size, max_length,
-                                                              precision, progress=progress)
+    return Embedder.from_pretrained(directory, device, precision).encode(texts, layers, pooling, batch_size,
+                                                                         max_length, progress=progress)
 
 
 def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:

@@ -84,14 +84,15 @@ def evaluate_lm(model_dir: str, files, max_seq_length: int = 128, batch_size: in
 
 
 def report(result: dict) -> str:
-    """The scores as a few lines, each beside its word-count baseline."""
+    """The scores as a few lines, each beside its word-count baseline: accuracies in percent (the
+    result itself holds fractions), losses plain."""
     gain = result["mlm_accuracy"] / max(result["commonest_token_accuracy"], 1e-9)
     lines = [f"masked tokens: {result['masked_tokens']:,} (15% of the text, seeded)",
-             f"masked-token accuracy {result['mlm_accuracy']:.3f}, always guessing {result['commonest_token']!r} "
-             f"{result['commonest_token_accuracy']:.3f} ({gain:.1f}x)",
+             f"masked-token accuracy {result['mlm_accuracy']:.1%}, always guessing {result['commonest_token']!r} "
+             f"{result['commonest_token_accuracy']:.1%} ({gain:.1f}x)",
              f"masked-token loss {result['mlm_loss']:.3f}, word frequencies alone {result['unigram_loss']:.3f}"]
     for term, name in (("nsp", "next-sentence"), ("sop", "sentence-order")):
         if f"{term}_accuracy" in result:
-            lines.append(f"{name} accuracy {result[f'{term}_accuracy']:.3f}, majority label "
-                         f"{result[f'{term}_majority']:.3f}")
+            lines.append(f"{name} accuracy {result[f'{term}_accuracy']:.1%}, majority label "
+                         f"{result[f'{term}_majority']:.1%}")
     return "\n".join(lines)

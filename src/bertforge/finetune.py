@@ -17,7 +17,10 @@ from .data.words import WordVocab
 from .errors import BertforgeError
 from .formats import native
 from .formats.hf import load_into, load_pretrained, read_config
+from .progress import progress as progress_bar
+from .quantize import for_inference
 from .recipe import finetuning_lr
+from .report import header, say
 from .tasks import task_from_config
 from .tasks.common import FinetuneData, lm_count, read_text
 from .tokenizer import Tokenizer
@@ -38,7 +41,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
              classifier_dropout: float | None = None, eval_every: int | None = None,
              options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None,
              max_train_samples: int | None = None, max_eval_samples: int | None = None, crf: bool = False,
-             tagger: str | None = None) -> dict:
+             tagger: str | None = None, command_line: dict | None = None) -> dict:
     """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory, an AWD-LSTM for
     ULMFiT's classifier, or an ELMo biLM whose frozen features feed a task biLSTM) for `task`: a task
     made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
@@ -52,7 +55,9 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     `transformers`' example scripts), for quick runs. `crf` (token tagging only) puts a linear-chain
     CRF over the words' tag scores: trained on whole tag paths, predicting by Viterbi. `tagger`
     (tagging over an ELMo biLM): "taglm" for TagLM (the LM's states joined inside a two-layer
-    biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them.
+    biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them. `command_line`
+    (the CLI's command and options, `cli.run_arguments`) is saved at the top of run_config.json, for
+    `--config` to replay the run.
     """
     if isinstance(task, str):
         from .tasks import make_task
@@ -102,8 +107,9 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     names = task.label_names(train_examples)
     dev_examples = task.read(dev_file)[:max_eval_samples]
     task.check_labels(dev_examples, names)
-    train_features, cut = task.featurize(train_examples, tokenizer, names)
-    dev_features, dev_cut = task.featurize(dev_examples, tokenizer, names)
+    show = options.progress and rank == 0
+    train_features, cut = featurize(task, train_examples, tokenizer, names, "featurising training", show)
+    dev_features, dev_cut = featurize(task, dev_examples, tokenizer, names, "featurising dev", show)
     for name, n, total in (("training", cut, len(train_examples)), ("dev", dev_cut, len(dev_examples))):
         if n and rank == 0:
             print(f"{name}: {task.truncation_message(n, total)}", file=sys.stderr)
@@ -138,7 +144,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     options.select = options.select or task.metrics[0]
 
     def evaluator(m):
-        return task.score(task.predict(m, dev_features), dev_features, names, dev_examples)
+        return task.score(predict_features(task, m, dev_features, None, "evaluating dev", show), dev_features, names,
+                          dev_examples)
 
     run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train_file),
                   "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
@@ -148,7 +155,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         run_config["crf"] = True
     if getattr(task, "tagger", None):
         run_config["tagger"] = task.tagger
-    return train(net, data, options, tokenizer, run_config, resume, evaluator)
+    return train(net, data, options, tokenizer, {**(command_line or {}), **run_config}, resume, evaluator)
 
 
 def default_finetuning(config) -> dict:
@@ -159,6 +166,53 @@ def default_finetuning(config) -> dict:
     if config.model_type == "elmo":
         return {"lr": 1e-3, "warmup": 0.1}
     return {"lr": finetuning_lr(config.hidden_size), "warmup": 0.1}
+
+
+# Below this many examples, featurising and predicting take a few seconds at most: no progress is
+# shown. Above it they run in pieces of PIECE examples, each piece a step of the progress.
+PROGRESS_FROM = 1000
+PIECE = 512
+
+
+def featurize(task, examples: list[dict], tokenizer, names, desc: str = "featurising", show: bool = False):
+    """`task.featurize(examples, tokenizer, names)`, with progress (`progress.progress`: a bar on a
+    terminal, plain lines elsewhere) when `show` and there are many examples: then in pieces, the
+    same features as in one call (a QA feature's `question` index is shifted by its piece's start)."""
+    if not show or len(examples) < PROGRESS_FROM:
+        return task.featurize(examples, tokenizer, names)
+    bar = progress_bar(total=len(examples), desc=desc, unit="examples")
+    features, cut = [], 0
+    for start in range(0, len(examples), PIECE):
+        piece = examples[start: start + PIECE]
+        found, n = task.featurize(piece, tokenizer, names)
+        for f in found:
+            if "question" in f:  # QA: the index of its question in `examples`
+                f["question"] += start
+        features += found
+        cut += n
+        bar.update(len(piece))
+    bar.close()
+    return features, cut
+
+
+def predict_features(task, model, features: list[dict], batch_size: int | None = None, desc: str = "predicting",
+                     show: bool = False):
+    """`task.predict(model, features, batch_size)` (the task's batch size when None), with progress
+    when `show` and there are many features: then in pieces (each still sorted by length inside),
+    their outputs joined as one call returns them (a tensor, or a list)."""
+    def run(part):
+        return task.predict(model, part) if batch_size is None else task.predict(model, part, batch_size)
+
+    if not show or len(features) < PROGRESS_FROM:
+        return run(features)
+    bar = progress_bar(total=len(features), desc=desc, unit="examples")
+    outputs = []
+    for start in range(0, len(features), PIECE):
+        piece = features[start: start + PIECE]
+        outputs.append(run(piece))
+        bar.update(len(piece))
+    bar.close()
+    return torch.cat(outputs) if isinstance(outputs[0], torch.Tensor) else [o for part in outputs for o in part]
 
 
 def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
@@ -223,21 +277,29 @@ def _output_format(path: str | None, requested: str | None, family: str) -> str:
 
 
 def evaluate(directory: str | list[str], data_file: str, batch_size: int = 64,
-             device: str | torch.device = "cpu") -> dict:
+             device: str | torch.device = "cpu", precision: str = "fp32", progress: bool = False) -> dict:
     """The task's metrics for a fine-tuned model on a labelled file; for several classifiers of one
-    task (ULMFiT's forward and backward models), the metrics of their ensemble (see `ensemble`)."""
-    members = load_ensemble([directory] if isinstance(directory, str) else directory, device)
+    task (ULMFiT's forward and backward models), the metrics of their ensemble (see `ensemble`).
+    `precision`: fp32, bf16 or int8 (see `bertforge.quantize`). With `progress`, a header (once the
+    file is read and checked) and progress for many examples, on standard error."""
+    members = load_ensemble([directory] if isinstance(directory, str) else directory, device, precision)
     task, names = members[0][1], label_names_of(members[0][0])
     examples = task.read(data_file)
     task.check_labels(examples, names)
-    logits, features, cut = ensemble(members, examples, names, batch_size)
+    say(header(members[0][0], next(members[0][0].parameters()).device, precision,
+               f"{len(examples):,} {task.name} examples in {data_file}",
+               "the scores as JSON on standard output (fractions; in percent on standard error)", len(members)),
+        progress)
+    logits, features, cut = ensemble(members, examples, names, batch_size, precision, progress=progress)
     return {**task.score(logits, features, names, examples), "examples": len(features), "truncated": cut}
 
 
-def load_ensemble(directories: list[str], device: str | torch.device = "cpu") -> list[tuple]:
+def load_ensemble(directories: list[str], device: str | torch.device = "cpu", precision: str = "fp32") -> list[tuple]:
     """Fine-tuned models (each with its task and tokenizer) whose outputs can be averaged: one
-    model, or classifiers (and regressors) of one task with the same labels."""
+    model, or classifiers (and regressors) of one task with the same labels; int8 quantizes them."""
     members = [load_finetuned(d, device) for d in directories]
+    for model, _, _ in members:
+        for_inference(model, precision)
     first, task = members[0][0], members[0][1]
     if len(members) > 1 and task.family != "classification":
         raise BertforgeError(f"{directories[0]}: an ensemble averages class probabilities (or scores): "
@@ -256,17 +318,19 @@ def load_ensemble(directories: list[str], device: str | torch.device = "cpu") ->
     return members
 
 
-def ensemble(members: list[tuple], examples: list[dict], names, batch_size: int = 64):
+def ensemble(members: list[tuple], examples: list[dict], names, batch_size: int = 64, precision: str = "fp32",
+             progress: bool = False):
     """Outputs for `examples` of one model, or of an ensemble: each member reads them through its
     own tokenizer (a backward ULMFiT may have other words), and their class probabilities are
     averaged (ULMFiT's forward + backward ensemble), returned as the log of the mean so that they
     pass where logits do; regression scores are averaged. -> (logits, the first member's
-    features, the most inputs any member cut)."""
+    features, the most inputs any member cut). `progress`: for many examples (see `featurize`)."""
     outputs, first, most_cut = [], None, 0
     for model, task, tokenizer in members:
-        features, cut = task.featurize(examples, tokenizer, names)
-        with torch.no_grad():
-            outputs.append(task.predict(model, features, batch_size))
+        features, cut = featurize(task, examples, tokenizer, names, "featurising", progress)
+        device = next(model.parameters()).device
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            outputs.append(predict_features(task, model, features, batch_size, "predicting", progress))  # fp32
         first, most_cut = first or features, max(most_cut, cut)
     if len(outputs) == 1:
         return outputs[0], first, most_cut
@@ -275,16 +339,21 @@ def ensemble(members: list[tuple], examples: list[dict], names, batch_size: int 
     return torch.stack([o.float().softmax(-1) for o in outputs]).mean(0).log(), first, most_cut
 
 
+FORMATS = {"jsonl": "JSON lines", "conll": "CoNLL columns: word, gold, predicted"}
+
+
 def predict(directory: str | list[str], input_file: str | None, output_file: str | None, batch_size: int = 64,
-            output_format: str | None = None, device: str | torch.device = "cpu") -> int:
+            output_format: str | None = None, device: str | torch.device = "cpu", precision: str = "fp32",
+            progress: bool = False) -> int:
     """Predictions for every example of `input_file` (standard input, one example per line, when
     None), written to `output_file` (standard output when None) as JSON lines; for tagging models
     optionally as CoNLL columns; for question answering as SQuAD's official prediction JSON.
     The format follows `output_format` or else the output's suffix (.jsonl, .conll for tagging,
     .json for QA); a suffix that says otherwise is an error, never a file named .conll holding JSON.
-    Several classifiers of one task predict as their ensemble (see `ensemble`). Returns the number
-    of examples."""
-    members = load_ensemble([directory] if isinstance(directory, str) else directory, device)
+    Several classifiers of one task predict as their ensemble (see `ensemble`). With `progress`, a
+    header (once the input is read and checked) and progress for many examples, on standard error.
+    Returns the number of examples."""
+    members = load_ensemble([directory] if isinstance(directory, str) else directory, device, precision)
     task, names = members[0][1], label_names_of(members[0][0])
     output_format = _output_format(output_file, output_format, task.family)
     if input_file is None:
@@ -293,7 +362,12 @@ def predict(directory: str | list[str], input_file: str | None, output_file: str
         examples = task.read(input_file, with_labels="auto" if task.family == "ner" else False)
     if not examples:
         raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
-    logits, features, cut = ensemble(members, examples, names, batch_size)
+    where = output_file or "standard output"
+    say(header(members[0][0], next(members[0][0].parameters()).device, precision,
+               f"{len(examples):,} {task.name} examples from {input_file or 'standard input'}",
+               f"{where} ({'SQuAD prediction JSON' if task.family == 'qa' else FORMATS[output_format]})",
+               len(members)), progress)
+    logits, features, cut = ensemble(members, examples, names, batch_size, precision, progress=progress)
     if cut:
         print(task.truncation_message(cut, len(examples)), file=sys.stderr)
     with torch.no_grad():

@@ -2,6 +2,11 @@
 accuracy, binary F1, Matthews correlation, Pearson and Spearman correlation, entity-level
 precision/recall/F1 as `conlleval` and `seqeval` compute them, and SQuAD v1.1 / v2.0 exact match
 and F1 as the official evaluation scripts compute them.
+
+One scale everywhere: every rate (accuracy, F1, precision, recall, exact match) is a fraction in
+[0, 1], as Hugging Face `evaluate` and `seqeval` return them, in every file bertforge writes
+(metrics.jsonl, eval_results.json, `evaluate`'s JSON); correlations are coefficients in [-1, 1].
+Only the console shows rates in percent (`format_scores`: `accuracy 91.3%`).
 """
 
 from __future__ import annotations
@@ -173,28 +178,29 @@ def squad_f1(prediction: str, gold: str) -> float:
 
 
 def squad_scores(predictions: dict[str, str], golds: dict[str, list[str]]) -> dict:
-    """Exact match and F1 in percent, each the max over a question's gold answers. A question with
-    no gold answer (SQuAD 2.0) has the single gold answer "". With any such question, the scores
-    are also given for the answerable (`HasAns_`) and unanswerable (`NoAns_`) halves."""
+    """Exact match and F1 as fractions (the official script's percent / 100), each the max over a
+    question's gold answers. A question with no gold answer (SQuAD 2.0) has the single gold answer
+    "". With any such question, the scores are also given for the answerable (`HasAns_`) and
+    unanswerable (`NoAns_`) halves."""
     exact, f1 = {}, {}
     for qid, answers in golds.items():
         answers = [a for a in answers if normalize_answer(a)] or [""]
         prediction = predictions.get(qid, "")
         exact[qid] = max(squad_exact(prediction, a) for a in answers)
         f1[qid] = max(squad_f1(prediction, a) for a in answers)
-    result = _percent(exact, f1, list(golds))
+    result = _means(exact, f1, list(golds))
     has_answer = [q for q, a in golds.items() if any(normalize_answer(x) for x in a)]
     no_answer = [q for q in golds if q not in set(has_answer)]
     if no_answer:
         for name, qids in (("HasAns", has_answer), ("NoAns", no_answer)):
             if qids:
-                result.update({f"{name}_{k}": v for k, v in _percent(exact, f1, qids).items()})
+                result.update({f"{name}_{k}": v for k, v in _means(exact, f1, qids).items()})
     return result
 
 
-def _percent(exact: dict, f1: dict, qids: list[str]) -> dict:
+def _means(exact: dict, f1: dict, qids: list[str]) -> dict:
     n = max(len(qids), 1)
-    return {"exact": 100.0 * sum(exact[q] for q in qids) / n, "f1": 100.0 * sum(f1[q] for q in qids) / n,
+    return {"exact": sum(exact[q] for q in qids) / n, "f1": sum(f1[q] for q in qids) / n,
             "total": len(qids)}
 
 
@@ -204,7 +210,7 @@ def best_null_threshold(predictions: dict[str, str], null_margins: dict[str, flo
 
     `predictions` are the best non-null answers, `null_margins[qid]` the null score minus the best
     non-null score; a question is answered "" when its margin exceeds the threshold. Returns
-    (threshold, score in percent).
+    (threshold, score as a fraction).
     """
     score_of = squad_f1 if metric == "f1" else squad_exact
     has_answer = {q: any(normalize_answer(a) for a in answers) for q, answers in golds.items()}
@@ -218,4 +224,39 @@ def best_null_threshold(predictions: dict[str, str], null_margins: dict[str, flo
             current -= 1
         if current > best:
             best, best_threshold = current, null_margins.get(qid, 0.0)
-    return best_threshold, 100.0 * best / max(len(golds), 1)
+    return best_threshold, best / max(len(golds), 1)
+
+
+# ---- the console ------------------------------------------------------------------------------------
+
+# Scores that are rates (a share of examples, tokens or entities): fractions in files, percent on the
+# console. Correlations (mcc, pearson, spearman) are not rates and print as coefficients.
+RATES = ("accuracy", "f1", "precision", "recall", "exact")
+
+
+def is_rate(name: str) -> bool:
+    """Whether a metric key names a rate: `accuracy`, `f1`, ... alone or after a prefix
+    (`mlm_accuracy`, `HasAns_exact`, `best_f1`); not a count (`HasAns_total`) or a threshold."""
+    return any(name == r or name.endswith(f"_{r}") for r in RATES)
+
+
+def format_scores(scores: dict, skip: tuple = ("step",)) -> str:
+    """Scores for people: rates in percent with one decimal (`accuracy 91.3%`), losses and other
+    numbers plain (`loss 0.412`, `pearson 0.873`), counts as integers; nested values are left out."""
+    parts = []
+    for name, value in scores.items():
+        if name in skip or isinstance(value, (dict, list)) or value is None:
+            continue
+        parts.append(f"{name} {format_score(name, value)}")
+    return ", ".join(parts)
+
+
+def format_score(name: str, value) -> str:
+    """One score as `format_scores` shows it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if is_rate(name):
+        return f"{100 * value:.1f}%"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"

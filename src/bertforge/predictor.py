@@ -14,6 +14,7 @@ import torch
 
 from .errors import BertforgeError
 from .finetune import label_names_of, load_finetuned
+from .quantize import for_inference
 
 # The words of a tagging request and where each starts in its text: white space splits words, as
 # `predict` splits standard input, and the offsets let the answer point into the text.
@@ -84,13 +85,15 @@ class Predictor:
     Inputs are texts (str), (text, pair) tuples for pair tasks, or request dicts (see the module's
     docstring); answers are what `bertforge predict` writes and the service returns."""
 
-    def __init__(self, model, task, tokenizer):
+    def __init__(self, model, task, tokenizer, precision: str = "fp32"):
         self.model, self.task, self.tokenizer = model, task, tokenizer
         self.names = label_names_of(model)
+        self.autocast = for_inference(model, precision)
 
     @classmethod
-    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu") -> "Predictor":
-        return cls(*load_finetuned(directory, device))
+    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu", precision: str = "fp32") -> "Predictor":
+        """`precision`: fp32, bf16 (autocast) or int8 (the linear layers quantized; CPU only)."""
+        return cls(*load_finetuned(directory, device), precision=precision)
 
     def __call__(self, inputs: list, batch_size: int = 64) -> list[dict]:
         if isinstance(inputs, (str, tuple, dict)):
@@ -112,7 +115,8 @@ class Predictor:
                 raise BertforgeError(f"an input of a {self.task.name} model is {shapes}, not {x!r:.60}")
         examples = [example(self.task, r) for r in requests]
         out = []
-        for start in range(0, len(examples), batch_size):
-            out += answers(self.model, self.task, self.tokenizer, self.names, examples[start:start + batch_size],
-                           batch_size)
+        with self.autocast:
+            for start in range(0, len(examples), batch_size):
+                out += answers(self.model, self.task, self.tokenizer, self.names, examples[start:start + batch_size],
+                               batch_size)
         return out

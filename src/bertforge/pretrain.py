@@ -88,7 +88,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
              resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
              objective: str = "bert", generator_fraction: float = 0.25, vocab_kind: str | None = None,
              recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None,
-             init: str | None = None) -> dict:
+             init: str | None = None, command_line: dict | None = None) -> dict:
     """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
     electra, modernbert; or GPT-1's decoder with gpt) on `corpus` (files, folders, globs) and write it under `out`.
 
@@ -108,8 +108,9 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     RoFormer, BERT with rotary positions, for the objectives bert and span; "absolute" BERT's
     learned position table), `dropout` (while pretraining only: the saved config keeps the
     preset's, for fine-tuning), and without `options` or `masking` the learning rate, warm-up,
-    betas and masking rate. `batch_size` defaults to the objective's.
-    Returns the trainer's summary.
+    betas and masking rate. `batch_size` defaults to the objective's. `command_line` (the CLI's
+    command and options, `cli.run_arguments`) is saved at the top of run_config.json, for `--config`
+    to replay the run. Returns the trainer's summary.
     """
     if objective in RECURRENT_OBJECTIVES:
         raise BertforgeError(f"{objective} is a word-level recurrent language model: call "
@@ -219,7 +220,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     set_dropout(model, dropout)
     facts = {"model": config.to_dict(), "shards": shards.directory,
              "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents)}
-    return train(model, data, options, tok, {**run_config, **facts}, resume)
+    return train(model, data, options, tok, {**(command_line or {}), **run_config, **facts}, resume)
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> None:

@@ -76,7 +76,8 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
                        bptt: int | None = None, batch_size: int | None = None, layout: str = "auto",
                        text_field: str = "text", eval_fraction: float = 0.02, resume: bool = False,
                        options: TrainOptions | None = None, backwards: bool = False, dropout_scale: float = 1.0,
-                       ar: float = 2.0, tar: float = 1.0, sampled_softmax: int | None = None) -> dict:
+                       ar: float = 2.0, tar: float = 1.0, sampled_softmax: int | None = None,
+                       command_line: dict | None = None) -> dict:
     """Pretrain a recurrent language model on `corpus`, under `out`: `objective` "awd-lstm"
     (ULMFiT's stage 1, or with `init` its stage 2) or "elmo" (ELMo's biLM).
 
@@ -91,7 +92,9 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     the activation regularisers. `sampled_softmax` trains with a sampled softmax of that many words
     (`losses.sampled_softmax_loss`; held-out losses stay the full softmax's); 0 is the full softmax,
     None the default: `SAMPLED_WORDS` for AWD-LSTM over a large vocabulary, else the full one. Without `options`, the
-    objective's and stage's optimisation (`default_options`). Returns the trainer's summary.
+    objective's and stage's optimisation (`default_options`). `command_line` (the CLI's command and
+    options) is saved at the top of run_config.json, for `--config` to replay the run; the resume
+    check leaves it out. Returns the trainer's summary.
     """
     if objective not in RECURRENT_OBJECTIVES:
         raise BertforgeError(f"unknown recurrent objective {objective!r}; "
@@ -140,7 +143,8 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         texts = (text for path in files for _, text, _ in read_units(path, FileReport(path), layout, text_field))
         vocab = WordVocab.train(texts, vocab_size, min_freq, lowercase=not elmo,
                                 rules=False if elmo else settings.rules if settings else rules,
-                                characters=elmo_preset(preset).max_characters_per_token if elmo else None)
+                                characters=elmo_preset(preset).max_characters_per_token if elmo else None,
+                                show_progress=options.progress and rank == 0)
     source = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
     show = options.progress and rank == 0
     if elmo:
@@ -169,7 +173,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     facts = {"model": config.to_dict(), "sampled_words": model.sampled, "train_documents": len(data.train_documents),
              "eval_documents": len(data.eval_documents), "words": vocab.vocab_size,
              "train_words": int(sum(len(d) for d in data.train_documents))}
-    return train(model, data, options, vocab, {**run_config, **facts}, resume)
+    return train(model, data, options, vocab, {**(command_line or {}), **run_config, **facts}, resume)
 
 
 def elmo_documents(files: list[str], vocab: WordVocab, max_characters: int, layout: str, text_field: str,

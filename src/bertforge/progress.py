@@ -12,7 +12,7 @@ def progress(total: int | None = None, initial: int = 0, desc: str = "", unit: s
     """A progress object with tqdm's `update`, `set_postfix`, `close` and `total`: tqdm's bar when
     `file` (standard error by default) is a terminal, else `Lines` every `every` seconds."""
     file = file or sys.stderr
-    if not disable and not (hasattr(file, "isatty") and file.isatty()):
+    if not disable and not is_terminal(file):
         return Lines(total, initial, desc, unit, unit_scale, file, every)
     from tqdm import tqdm
 
@@ -38,6 +38,10 @@ class Lines:
     def set_postfix(self, **values) -> None:
         self.postfix = values
 
+    def write(self, message: str, file=None) -> None:
+        """A line of its own (tqdm's `write`, which keeps a bar below it on a terminal)."""
+        print(message, file=file or self.file, flush=True)
+
     def close(self) -> None:
         if self.printed != self.n:
             self._print()
@@ -57,16 +61,43 @@ class Lines:
         parts = [f"{self._amount(self.n)}" + (f"/{self._amount(self.total)}" if self.total else "") + f" {self.unit}"]
         if self.total:
             parts[0] += f" ({100 * self.n / self.total:.0f}%)"
-        parts.append(f"{_clock(elapsed)} elapsed")
+        parts.append(f"{clock(elapsed)} elapsed")
         done = self.n - self.first
         if self.total and done > 0 and self.n < self.total:
-            parts.append(f"~{_clock(elapsed / done * (self.total - self.n))} left")
+            parts.append(f"~{clock(elapsed / done * (self.total - self.n))} left")
         parts += [f"{k} {v}" for k, v in self.postfix.items()]
         print(f"{self.desc}: " + ", ".join(parts), file=self.file, flush=True)
         self.last, self.printed = now, self.n
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """`0:42`, `12:03`, `1:02:03`: a duration as the progress lines write it."""
     minutes, seconds = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+class Timed:
+    """Work that reports no progress of its own when not on a terminal (the `tokenizers` trainer
+    draws its own bar, on a terminal only): a line when it starts and one with its duration when
+    it ends, `desc ...` then `desc: done in 0:42` (with `done` given at the end, if any)."""
+
+    def __init__(self, desc: str, file=None, enabled: bool = True):
+        self.desc, self.file, self.enabled, self.start = desc, file or sys.stderr, enabled, None
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        if self.enabled:
+            print(f"{self.desc} ...", file=self.file, flush=True)
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if self.enabled and kind is None:
+            print(f"{self.desc}: done in {clock(time.perf_counter() - self.start)}", file=self.file, flush=True)
+        return False
+
+
+def is_terminal(file=None) -> bool:
+    """Whether `file` (standard error by default) is a terminal, where a redrawn bar is wanted."""
+    file = file or sys.stderr
+    return hasattr(file, "isatty") and file.isatty()

@@ -30,6 +30,7 @@ from tokenizers.models import BPE, WordPiece
 
 from .data.corpus import corpus_sentences, find_files
 from .errors import BertforgeError
+from .progress import Timed, is_terminal
 from .training.atomic import raise_naming
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -175,9 +176,15 @@ class Tokenizer:
         `limit_alphabet=None` keeps
         every character seen, so that scripts with many characters (Hangul, Han) are not reduced
         to [UNK]; set a limit to drop rare characters on noisy corpora.
+
+        `show_progress`: on a terminal (standard error), the `tokenizers` trainer's own bar; anywhere
+        else (a log, CI), where that bar would be a line of carriage returns, a line when it starts
+        and one with its duration when it ends.
         """
         if kind not in KINDS:
             raise BertforgeError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
+        lines = show_progress and not is_terminal()  # start and end lines instead of the trainers' bar
+        show_progress = show_progress and not lines
         if kind == "byte-bpe":
             backend = cls._byte_pipeline(BPE(), lowercase)
             trainer = trainers.BpeTrainer(
@@ -201,7 +208,8 @@ class Tokenizer:
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
         # The corpus read as pretraining reads it: folders and globs, .gz, repairs, binary refused.
         sentences = corpus_sentences(find_files(files)) if files else iter(())
-        backend.train_from_iterator(itertools.chain(sentences, texts), trainer=trainer)
+        with Timed(f"learning a {vocab_size:,}-token {kind} vocabulary", enabled=lines):
+            backend.train_from_iterator(itertools.chain(sentences, texts), trainer=trainer)
         return cls(backend, lowercase, strip_accents, split_cjk)
 
     @classmethod

@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 
 from ..errors import BertforgeError
+from ..progress import progress
 from ..training.atomic import atomic_file
 
 FILE = "words.json"
@@ -151,13 +152,17 @@ class WordVocab:
 
     @classmethod
     def train(cls, texts: Iterable[str], max_size: int = 60000, min_freq: int = 2, lowercase: bool = True,
-              rules: bool = False, characters: int | None = None) -> "WordVocab":
+              rules: bool = False, characters: int | None = None, show_progress: bool = False) -> "WordVocab":
         """The `max_size` most frequent words of `texts` seen at least `min_freq` times (ties in
-        first-seen order, so the same corpus always gives the same ids), after the specials."""
+        first-seen order, so the same corpus always gives the same ids), after the specials.
+        `show_progress`: texts counted so far (a bar on a terminal, else a line every 30 s)."""
         counts = collections.Counter()
         probe = cls(list(SPECIALS) + (list(RULE_TOKENS) if rules else []), lowercase, rules)
+        bar = progress(desc="learning the vocabulary", unit="texts", disable=not show_progress)
         for text in texts:
             counts.update(probe.tokenize(text))
+            bar.update(1)
+        bar.close()
         fixed = probe.words
         kept = [w for w, n in counts.most_common() if n >= min_freq and w not in probe.index]
         return cls(fixed + kept[:max(0, max_size - len(fixed))], lowercase, rules, characters)

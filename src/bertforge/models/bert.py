@@ -103,6 +103,48 @@ def attend(q, k, v, mask, dropout_p: float, causal: bool = False) -> torch.Tenso
                                           is_causal=causal and mask is None)
 
 
+class Packed(NamedTuple):
+    """Where the real tokens of a padded (B, T) batch are, for the unpadded path: `index` (N,) their
+    flat positions in B * T, `offsets` (B + 1,) int32 where each row's tokens start in the packed
+    (N, ...) tensors, `longest` the longest row, and `mask` (B, 1, 1, T) for attention."""
+    index: torch.Tensor
+    offsets: torch.Tensor
+    longest: int
+    mask: torch.Tensor
+    batch: int
+    length: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> "Packed":
+        lengths = attention_mask.sum(1)
+        offsets = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+        index = attention_mask.reshape(-1).nonzero().squeeze(1)  # one host sync per forward pass
+        B, T = attention_mask.shape
+        return cls(index, offsets, int(lengths.max()), attention_mask.bool()[:, None, None, :], B, T)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...): the real tokens only."""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the padding."""
+        full = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy(0, self.index, x)
+        return full.view(self.batch, self.length, *x.shape[1:])
+
+
+def varlen_attention(q, k, v, packed: Packed, dropout_p: float) -> torch.Tensor | None:
+    """Attention over packed (N, heads, D) queries, keys and values with FlashAttention's
+    variable-length kernel (CUDA, bf16/fp16, no dropout), so that nothing is computed on padding;
+    None where that kernel cannot run."""
+    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16) or dropout_p > 0:
+        return None
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn(q, k, v, packed.offsets, packed.offsets, packed.longest, packed.longest)
+
+
 def rotary_tables(positions: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (..., D) of RoFormer's angles at `positions` (...): pair i of a head (dimensions
     2i and 2i+1) turns by position * 10000^(-2i/D). Computed in float64 on the CPU, as HF's
@@ -148,8 +190,11 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x, mask, rotary=None, attentions: list | None = None):
-        """`attentions`, when given, receives this layer's attention probabilities (B, N, T, T)."""
+    def forward(self, x, mask, rotary=None, attentions: list | None = None, packed: Packed | None = None):
+        """`attentions`, when given, receives this layer's attention probabilities (B, N, T, T).
+        With `packed`, x is (N, H): the real tokens only (see `Bert.forward`)."""
+        if packed is not None:
+            return self.forward_packed(x, rotary, packed)
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)  # (B, T, 3, N, D)
         if rotary is None:
@@ -163,6 +208,20 @@ class SelfAttention(nn.Module):
         else:
             y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, N, T, D)
         return self.out(y.transpose(1, 2).reshape(B, T, H))  # (B, T, H)
+
+    def forward_packed(self, x, rotary, packed: Packed):
+        """The same on packed tokens (N', H): the projections see no padding; attention runs on the
+        packed tokens where FlashAttention's variable-length kernel can, else padded for SDPA."""
+        H = x.shape[-1]
+        dropout_p = self.dropout_p if self.training else 0.0
+        qkv = self.qkv(x).view(-1, 3, self.num_heads, H // self.num_heads)  # (N', 3, N, D)
+        if rotary is not None:  # tables gathered per token: (N', 1, 1, D)
+            qkv = torch.cat((rotate(qkv[:, :2], *rotary), qkv[:, 2:]), dim=1)
+        y = varlen_attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], packed, dropout_p)  # (N', N, D)
+        if y is None:
+            q, k, v = packed.unpack(qkv).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
+            y = packed.pack(attend(q, k, v, packed.mask, dropout_p).transpose(1, 2))  # (N', N, D)
+        return self.out(y.reshape(-1, H))  # (N', H)
 
 
 class Layer(nn.Module):
@@ -178,8 +237,8 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x, mask, rotary=None, attentions=None):
-        x = self.attention_norm(x + self.dropout(self.attention(x, mask, rotary, attentions)))  # (B, T, H)
+    def forward(self, x, mask, rotary=None, attentions=None, packed=None):
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask, rotary, attentions, packed)))  # (B, T, H)
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
 
 
@@ -238,10 +297,16 @@ class Bert(nn.Module):
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        unpad: bool | None = None,
     ) -> EncoderOutput:
         """Encode token ids (B, T). `attention_mask` is 1 for real tokens and 0 for padding.
         `output_attentions` returns each layer's attention probabilities (dropout never applied to
-        them), computed written out rather than by SDPA, which does not expose them."""
+        them), computed written out rather than by SDPA, which does not expose them.
+
+        `unpad` (default: on a GPU) runs the layers on the real tokens only, packed (MosaicBERT's
+        and ModernBERT's unpadding): no projection or feed-forward work on padding, and attention by
+        FlashAttention's variable-length kernel where it runs (bf16/fp16, no attention dropout).
+        Outputs at real positions are the padded path's; at padding they are zeros."""
         B, T = input_ids.shape
         config = self.config
         if token_type_ids is None or config.type_vocab_size == 1:
@@ -270,11 +335,22 @@ class Bert(nn.Module):
             x = self.project(x)  # (B, T, H)
         states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
+        if unpad is None:
+            unpad = input_ids.device.type == "cuda"
+        packed = None
+        if unpad and attention_mask is not None and not output_attentions and not tracing():
+            packed = Packed.of(attention_mask)
+            x = packed.pack(x)  # (N', H)
+            if rotary is not None:
+                rotary = tuple(packed.pack(t.expand(B, T, 1, 1, -1)) if t.dim() == 4 else packed.pack(t)
+                               for t in rotary)  # (N', 1, 1, D)
         per_weights = config.num_hidden_layers / len(self.layers)  # layers sharing one set (ALBERT)
         for i in range(config.num_hidden_layers):
-            x = self.layers[int(i / per_weights)](x, mask, rotary, attentions)
+            x = self.layers[int(i / per_weights)](x, mask, rotary, attentions, packed)
             if states is not None:
-                states.append(x)
+                states.append(x if packed is None else packed.unpack(x))
+        if packed is not None:
+            x = packed.unpack(x)  # (B, T, H)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, tuple(states) if states is not None else None,
                              tuple(attentions) if attentions is not None else None)

@@ -20,7 +20,7 @@ from ..heads import ClassifierHead
 from ..metrics import accuracy
 from ..models import encoder
 from ..models.bert import init_weights
-from .common import auxiliary_lm, finetuned_config, inference_batches, pad, read_records, token_types
+from .common import auxiliary_lm, finetuned_config, inference_batches, pad, place, read_records, token_types
 from .common import field as column_of
 
 
@@ -39,7 +39,7 @@ class MultipleChoiceTask:
     def read(self, path: str, with_labels: bool = True) -> list[dict]:
         examples = []
         for number, record in read_records(path):
-            where = f"{path}, line {number}"
+            where = place(path, number)
             context = column_of(path, number, record, self.text_column)
             choices = [column_of(path, number, record, c) for c in self.choice_columns]
             if len(choices) == 1 and isinstance(choices[0], list):
@@ -127,7 +127,7 @@ class MultipleChoiceTask:
         return torch.stack(out)  # (N, choices)
 
     def score(self, logits, features, names=None, examples=None) -> dict:
-        return {"accuracy": round(100 * accuracy(logits.argmax(-1).tolist(), [f["label"] for f in features]), 3)}
+        return {"accuracy": round(accuracy(logits.argmax(-1).tolist(), [f["label"] for f in features]), 5)}
 
     def from_lines(self, lines):
         raise BertforgeError("multiple choice reads a CSV/JSONL file with a context and endings: give --input")

@@ -19,7 +19,7 @@ from ..heads import ClassifierHead, concat_pool
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
 from ..models import encoder
 from ..models.bert import init_weights
-from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, read_records, token_types
+from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, place, read_records, token_types
 from .common import field as column_of
 
 
@@ -56,15 +56,15 @@ class ClassificationTask:
             text = column_of(path, number, record, self.text_column)
             pair = None if self.pair_column is None else column_of(path, number, record, self.pair_column)
             if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
-                raise BertforgeError(f"{path}, line {number}: the text is not a string")
-            example = {"text": text, "pair": pair, "where": f"{path}, line {number}"}
+                raise BertforgeError(f"{place(path, number)}: the text is not a string")
+            example = {"text": text, "pair": pair, "where": place(path, number)}
             if with_labels:
                 label = column_of(path, number, record, self.label_column)
                 if self.regression:
                     try:
                         label = float(label)
                     except (TypeError, ValueError):
-                        raise BertforgeError(f"{path}, line {number}: label {label!r} is not a number") from None
+                        raise BertforgeError(f"{place(path, number)}: label {label!r} is not a number") from None
                 else:
                     label = str(label)
                     if self.names and self.labels and label in self.labels:
@@ -173,7 +173,8 @@ class ClassificationTask:
         return torch.stack(out)
 
     def score(self, logits: torch.Tensor, features: list[dict], names=None, examples=None) -> dict:
-        """The task's metrics (in percent) from model outputs and the features' gold labels."""
+        """The task's metrics from model outputs and the features' gold labels: rates as fractions in
+        [0, 1], correlations as coefficients (see `metrics`)."""
         gold = [f["label"] for f in features]
         if self.regression:
             predictions = logits.view(-1).tolist()
@@ -181,7 +182,7 @@ class ClassificationTask:
             predictions = logits.argmax(-1).tolist()
         functions = {"accuracy": accuracy, "f1": f1_binary, "mcc": matthews_corrcoef,
                      "pearson": pearson, "spearman": spearman}
-        return {name: round(100 * functions[name](predictions, gold), 3) for name in self.metrics}
+        return {name: round(functions[name](predictions, gold), 5) for name in self.metrics}
 
     def from_lines(self, lines: list[str]) -> list[dict]:
         """Examples from plain text, one per line (standard input)."""

@@ -52,20 +52,138 @@ def read_text(path: str | None) -> str:
 
 
 TABLE_SUFFIXES = (".tsv", ".tab", ".txt", ".csv", ".jsonl", ".json")
+DATASET_SUFFIXES = (".parquet", ".arrow")
+DATASETS_HINT = "pip install 'bertforge[datasets]'"
+
+
+def is_dataset(path: str) -> bool:
+    """Whether `path` is read as a table of rows: a Parquet or Arrow file, or a folder written by
+    `datasets`' `save_to_disk`."""
+    return path.lower().endswith(DATASET_SUFFIXES) or os.path.isdir(path)
+
+
+def place(path: str, number: int) -> str:
+    """"FILE, line N" for a text file; "FILE, row N" (from 1) for a Parquet, Arrow or saved dataset."""
+    return f"{path}, {'row' if is_dataset(path) else 'line'} {number}"
+
+
+def read_dataset(path: str) -> list[tuple[int, dict]]:
+    """(row number from 1, record) for each row of a Parquet file, an Arrow file (the IPC stream
+    `datasets` writes, or the IPC file format) or a folder written by `datasets.Dataset.save_to_disk`.
+    A `DatasetDict` folder holds one such folder per split: a single split is read as it is, and of
+    several the user names one as `FOLDER/SPLIT`. Columns `datasets` marks as class labels
+    (`ClassLabel`, also in lists, as `ner_tags`) are read as their names, as a JSON file would spell
+    them. pyarrow (and `datasets` for folders) are imported here only: the `datasets` extra."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise BertforgeError(f"{path}: reading Parquet, Arrow and saved datasets needs pyarrow; install it with "
+                             f"{DATASETS_HINT}") from None
+    if os.path.isdir(path):
+        table, features = saved_dataset(path)
+    elif not os.path.isfile(path):
+        raise BertforgeError(f"{path}: no such file")
+    else:
+        kind = "Parquet" if path.lower().endswith(".parquet") else "Arrow"
+        try:
+            if kind == "Parquet":
+                import pyarrow.parquet as pq
+                table = pq.read_table(path)
+            else:
+                import pyarrow.ipc as ipc
+                with open(path, "rb") as f:  # read into memory: a file changed while mapped would crash the process
+                    data = pa.py_buffer(f.read())
+                try:
+                    table = ipc.open_stream(data).read_all()
+                except pa.ArrowInvalid:
+                    table = ipc.open_file(data).read_all()
+        except ImportError:
+            raise BertforgeError(f"{path}: reading {kind} files needs pyarrow; install it with {DATASETS_HINT}") \
+                from None
+        except (pa.ArrowException, OSError) as e:
+            raise BertforgeError(f"{path}: not a readable {kind} file ({str(e).splitlines()[0]})") from None
+        metadata = (table.schema.metadata or {}).get(b"huggingface")
+        try:
+            features = json.loads(metadata)["info"]["features"] if metadata else {}
+        except (ValueError, KeyError, TypeError):
+            features = {}
+    try:  # Arrow reads buffers as they lie: a damaged offset would crash the process, not raise
+        table.validate(full=True)
+    except pa.ArrowException as e:
+        raise BertforgeError(f"{path}: damaged data ({str(e).splitlines()[0]})") from None
+    rows = table.to_pylist()
+    for name, feature in features.items():
+        names = class_names(feature)
+        if names:
+            for number, row in enumerate(rows, start=1):
+                row[name] = class_label(path, number, name, row.get(name), names)
+    if not rows:
+        raise BertforgeError(f"{path}: no examples in the file")
+    return list(enumerate(rows, start=1))
+
+
+def saved_dataset(path: str):
+    """The pyarrow table and the features (as `datasets` writes them in JSON) of a saved dataset folder."""
+    try:
+        import datasets
+    except ImportError:
+        raise BertforgeError(f"{path}: reading a saved dataset folder needs the datasets package; install it with "
+                             f"{DATASETS_HINT}") from None
+    if not any(os.path.isfile(os.path.join(path, name)) for name in ("state.json", "dataset_dict.json")):
+        raise BertforgeError(f"{path}: a folder, but not one written by datasets' save_to_disk (no state.json or "
+                             "dataset_dict.json)")
+    try:
+        data = datasets.load_from_disk(path)
+    except Exception as e:  # datasets raises many kinds for damaged folders
+        raise BertforgeError(f"{path}: cannot read the saved dataset ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if isinstance(data, datasets.DatasetDict):
+        splits = list(data)
+        if len(splits) != 1:
+            raise BertforgeError(f"{path}: a DatasetDict with splits {', '.join(splits)}; name the split to read as "
+                                 f"{os.path.join(path, splits[0])}")
+        data = data[splits[0]]
+    return data.with_format("arrow")[:], data.features.to_dict()
+
+
+def class_names(feature) -> list[str] | None:
+    """The names of a `ClassLabel` feature, or of the `ClassLabel` inside a list feature; else None."""
+    if not isinstance(feature, dict):
+        return None
+    if feature.get("_type") == "ClassLabel":
+        return feature.get("names")
+    if feature.get("_type") in ("List", "Sequence", "LargeList"):
+        inner = class_names(feature.get("feature"))
+        return inner and [inner]  # names of the elements, marked as a list by the nesting
+    return None
+
+
+def class_label(path: str, number: int, column: str, value, names: list):
+    """A class-label value (or a list of them) as its name(s); -1 (datasets' "no label") stays as is."""
+    if names and isinstance(names[0], list):
+        return value if not isinstance(value, list) else [class_label(path, number, column, v, names[0]) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    if value is None or value == -1:
+        return value
+    raise BertforgeError(f"{path}, row {number}: {column} {value!r} is not one of the {len(names)} class labels")
 
 
 def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]]:
     """(line number, record) for each row of a .tsv (.tab, .txt), .csv, .jsonl or .json file (a
-    JSON array of objects, or an object whose "data" is one). Any other suffix is an error: the
+    JSON array of objects, or an object whose "data" is one); (row number, record) for a .parquet or
+    .arrow file or a saved `datasets` folder (see `read_dataset`). Any other suffix is an error: the
     format is never guessed.
 
     TSV files are read with no quoting at all, as GLUE's are written (their sentences contain bare
     quote characters); CSV with standard quoting. With a header, records are dicts by column name;
     without, lists. A UTF-8 byte-order mark is ignored.
     """
+    if is_dataset(path):
+        return read_dataset(path)
     if not path.lower().endswith(TABLE_SUFFIXES):
         raise BertforgeError(f"{path}: cannot tell the format from the name; use a file ending in "
-                             f"{', '.join(TABLE_SUFFIXES)}")
+                             f"{', '.join(TABLE_SUFFIXES + DATASET_SUFFIXES)}, or a folder saved by datasets")
     text = read_text(path)
     f = io.StringIO(text, newline="")
     if path.lower().endswith(".json"):
@@ -137,7 +255,7 @@ def field(path: str, number: int, record: dict | list, column: str | int):
         return record[column] if isinstance(record, dict) else record[int(column)]
     except (KeyError, IndexError, ValueError):
         have = ", ".join(map(str, record)) if isinstance(record, dict) else f"{len(record)} columns"
-        raise BertforgeError(f"{path}, line {number}: no column {column!r} (found {have})") from None
+        raise BertforgeError(f"{place(path, number)}: no column {column!r} (found {have})") from None
 
 
 class FinetuneData:

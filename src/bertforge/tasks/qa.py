@@ -26,7 +26,17 @@ from ..metrics import best_null_threshold, squad_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.modernbert import Head
-from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, read_text, token_types
+from .common import (
+    auxiliary_lm,
+    encoder_inputs,
+    finetuned_config,
+    inference_batches,
+    is_dataset,
+    place,
+    read_records,
+    read_text,
+    token_types,
+)
 
 
 @dataclass
@@ -48,6 +58,8 @@ class QuestionAnsweringTask:
     def read(self, path: str, with_labels: bool = True) -> list[dict]:
         """Questions {id, question, context, answers, impossible, where} from a SQuAD JSON file.
         `FILE@A-B` reads only articles A to B (by position, from 0) of FILE."""
+        if is_dataset(path) or path.lower().endswith(".jsonl"):
+            return self.read_rows(path, with_labels)
         selection = None
         if "@" in path and not os.path.isfile(path):
             path, selection = path.rsplit("@", 1)
@@ -96,6 +108,48 @@ class QuestionAnsweringTask:
                     questions.append(question)
         if not questions:
             raise BertforgeError(f"{path}: no questions in the file")
+        return questions
+
+    def read_rows(self, path: str, with_labels: bool = True) -> list[dict]:
+        """Questions from a table with a row per question (.jsonl, .parquet, .arrow or a saved
+        `datasets` folder), as the Hugging Face Hub's `squad` and `squad_v2` are laid out: `id`,
+        `question`, `context`, and `answers` either as `{"text": [...], "answer_start": [...]}` or as
+        SQuAD's list of `{"text", "answer_start"}`. A question with no answers is unanswerable (SQuAD
+        2.0, as `squad_v2` marks them), or says so in an `is_impossible` column."""
+        questions = []
+        for number, record in read_records(path):
+            at = place(path, number)
+            for key in ("id", "question", "context"):
+                if not isinstance(record, dict) or not isinstance(record.get(key), (str, int)) \
+                        or (key != "id" and not isinstance(record[key], str)):
+                    raise BertforgeError(f"{at}: no {key!r} text")
+            context = record["context"]
+            question = {"id": record["id"], "question": record["question"], "context": context, "where": at}
+            if with_labels:
+                answers = record.get("answers")
+                if isinstance(answers, dict):  # the Hub's columns: parallel lists
+                    texts, starts = answers.get("text"), answers.get("answer_start")
+                    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+                        raise BertforgeError(f"{at}: 'answers' needs lists 'text' and 'answer_start' of one length")
+                    answers = [{"text": t, "answer_start": a} for t, a in zip(texts, starts)]
+                elif answers is None:
+                    answers = []
+                elif not isinstance(answers, list):
+                    raise BertforgeError(f"{at}: 'answers' is {type(answers).__name__}, not a list or "
+                                         "{text, answer_start}")
+                for answer in answers:
+                    if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+                        raise BertforgeError(f"{at}: an answer without \"text\"")
+                    start, text = answer.get("answer_start"), answer["text"]
+                    if not isinstance(start, int) or context[start: start + len(text)] != text:
+                        raise BertforgeError(f"{at}: answer_start {start} does not point at the answer {text!r} (the "
+                                             f"context has {context[start: start + len(text)]!r} there)"
+                                             if isinstance(start, int) else f"{at}: no answer_start")
+                impossible = bool(record.get("is_impossible", not answers))
+                if not answers and not impossible:
+                    raise BertforgeError(f"{at}: no answers, and is_impossible is false")
+                question.update(answers=answers, impossible=impossible)
+            questions.append(question)
         return questions
 
     def label_names(self, train: list[dict]):
@@ -241,10 +295,10 @@ class QuestionAnsweringTask:
         golds = {q["id"]: [a["text"] for a in q["answers"]] if not q["impossible"] else [] for q in questions}
         v2 = self.version_2 or any(q["impossible"] for q in questions)
         predictions = {k: ("" if v2 and margins[k] > self.null_threshold else t) for k, t in texts.items()}
-        result = {k: round(v, 3) if isinstance(v, float) else v for k, v in squad_scores(predictions, golds).items()}
+        result = {k: round(v, 5) if isinstance(v, float) else v for k, v in squad_scores(predictions, golds).items()}
         if v2:
             threshold, best_f1 = best_null_threshold(texts, margins, golds, "f1")
-            result.update(best_f1=round(best_f1, 3), best_f1_threshold=round(threshold, 4))
+            result.update(best_f1=round(best_f1, 5), best_f1_threshold=round(threshold, 4))
         return result
 
     def from_lines(self, lines):

@@ -24,7 +24,18 @@ from ..models import encoder
 from ..models.bert import init_weights
 from ..models.crf import CRF
 from ..models.modernbert import Head
-from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, pad, read_text, token_types
+from .common import (
+    auxiliary_lm,
+    encoder_inputs,
+    finetuned_config,
+    inference_batches,
+    is_dataset,
+    pad,
+    place,
+    read_records,
+    read_text,
+    token_types,
+)
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")
 
@@ -70,6 +81,8 @@ class TaggingTask:
         columns. A tag not of the form PREFIX-TYPE that the scheme allows is refused on its line.
         `with_labels` "auto" keeps the tags when the file has more than one column (predicting on
         a labelled file, whose gold tags the CoNLL output then shows)."""
+        if is_dataset(path) or path.lower().endswith((".jsonl", ".json")):
+            return self.read_rows(path, with_labels)
         sentences, words, tags, lines, start, width = [], [], [], [], 1, None
 
         def close(number):
@@ -110,6 +123,42 @@ class TaggingTask:
                                          f"type, which the {self.scheme} scheme needs")
                 tags.append(tag)
         close(number + 1 if width else 1)
+        if not sentences:
+            raise BertforgeError(f"{path}: no sentences in the file")
+        return sentences
+
+    def read_rows(self, path: str, with_labels: bool | str = True) -> list[dict]:
+        """Sentences from a table with a row per sentence (.jsonl, .json, .parquet, .arrow or a saved
+        `datasets` folder): its words as a list in `tokens`, their tags as a list in `tags` (or
+        `ner_tags`, the Hugging Face Hub's name; a dataset's class labels are read as their names).
+        Rows without words, and CoNLL's `-DOCSTART-` rows, are skipped, as the CoNLL reader skips
+        them. `with_labels` "auto" keeps the tags when the rows have them."""
+        sentences = []
+        for number, record in read_records(path):
+            at = place(path, number)
+            if not isinstance(record, dict) or "tokens" not in record:
+                raise BertforgeError(f"{at}: no column 'tokens' (a list of words)")
+            words = record["tokens"]
+            if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+                raise BertforgeError(f"{at}: 'tokens' is not a list of words (non-empty strings)")
+            if not words or words == ["-DOCSTART-"]:
+                continue
+            column = "tags" if "tags" in record else "ner_tags"
+            keep = column in record if with_labels == "auto" else with_labels
+            sentence = {"words": words, "where": at}
+            if keep:
+                tags = record.get(column)
+                if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+                    raise BertforgeError(f"{at}: no 'tags' (or 'ner_tags') list of tag names" if tags is None else
+                                         f"{at}: '{column}' is not a list of tag names (strings)")
+                if len(tags) != len(words):
+                    raise BertforgeError(f"{at}: {len(words)} tokens but {len(tags)} tags")
+                for tag in tags:
+                    if self.scheme and tag != "O" and not (tag[:2] in ("B-", "I-", "E-", "S-") and len(tag) > 2):
+                        raise BertforgeError(f"{at}: tag {tag!r} is not O or B-/I-/E-/S- and a type, which the "
+                                             f"{self.scheme} scheme needs")
+                sentence["tags"] = convert(tags, self.scheme) if self.scheme else tags
+            sentences.append(sentence)
         if not sentences:
             raise BertforgeError(f"{path}: no sentences in the file")
         return sentences
@@ -234,8 +283,8 @@ class TaggingTask:
         result = entity_scores(tags, gold)
         words = sum(len(g) for g in gold)
         token_accuracy = sum(a == b for p, g in zip(tags, gold) for a, b in zip(p, g)) / max(words, 1)
-        scores = {"f1": round(100 * result["f1"], 3), "precision": round(100 * result["precision"], 3),
-                  "recall": round(100 * result["recall"], 3), "accuracy": round(100 * token_accuracy, 3)}
+        scores = {"f1": round(result["f1"], 5), "precision": round(result["precision"], 5),
+                  "recall": round(result["recall"], 5), "accuracy": round(token_accuracy, 5)}
         return {k: scores[k] for k in dict.fromkeys([*self.metrics, *scores])}  # the selection metric first
 
     def from_lines(self, lines: list[str]) -> list[dict]:

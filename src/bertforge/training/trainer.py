@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import math
 import os
 import re
 import shutil
@@ -30,12 +29,14 @@ from ..config import bertforge_version
 from ..data.batches import Position
 from ..errors import BertforgeError
 from ..formats.hf import check_vocab_fits, load_parts, read_config, write_parts
+from ..metrics import format_scores
 from ..progress import progress
 from .allocator import reuse_freed_memory
 from .atomic import atomic_directory, atomic_file, remove_leftovers
 from .device import autocast as precision_autocast
 from .device import choose_precision
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
+from .tracking import check_reporters, open_reporters
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT = re.compile(r"^step-(\d+)$")
@@ -67,6 +68,7 @@ class TrainOptions:
     select: str | None = None  # a metric of the evaluator to keep the best model by (higher is better)
     patience: int | None = None  # evaluations without improvement before stopping early
     compile: bool = False  # torch.compile the model (the first steps then include compilation)
+    report_to: tuple[str, ...] = ()  # trackers fed every record of metrics.jsonl: csv, tensorboard, wandb
 
     def __post_init__(self):
         for name in ("steps", "max_minutes", "lr", "warmup", "weight_decay", "eps", "accum", "clip", "log_every",
@@ -81,10 +83,11 @@ class TrainOptions:
             raise BertforgeError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.precision not in ("auto", "bf16", "fp16", "fp32"):
             raise BertforgeError(f"precision must be auto, bf16, fp16 or fp32, got {self.precision!r}")
+        self.report_to = check_reporters(self.report_to)  # a missing package is named before any work starts
 
 
 class TrainingStopped(BertforgeError):
-    """The loss became non-finite; the last good checkpoint is kept."""
+    """The loss, gradients or weights became non-finite; the last good checkpoint is kept."""
 
 
 def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, run_config: dict | None = None,
@@ -99,8 +102,15 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     they train), both applied here, so the schedule stays a pure function of the step.
 
     Writes under `options.out`: `checkpoints/step-N/` (HF files + trainer state), `model/` (the
-    final, or best, HF model), `metrics.jsonl`, `run_config.json` and `loss.png` (with matplotlib).
+    final, or best, HF model), `metrics.jsonl`, `run_config.json` and `loss.png` (with matplotlib);
+    with `options.report_to`, each record of `metrics.jsonl` also goes to those trackers (`tracking`).
     """
+    with contextlib.ExitStack() as cleanup:  # closes the trackers, however the run ends
+        return _train(model, data, options, tokenizer, run_config, resume, evaluator, cleanup)
+
+
+def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | None, resume: bool, evaluator,
+           cleanup: contextlib.ExitStack) -> dict:
     o = options
     if not o.steps and not o.max_minutes:
         raise BertforgeError("give a budget: a number of steps, a number of minutes, or both")
@@ -140,12 +150,20 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     net = torch.compile(model, dynamic=True) if o.compile else model
     net = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
 
+    reporter = None
     if rank == 0:
         os.makedirs(o.out, exist_ok=True)
+        written = {**(run_config or {}), "training": asdict(o), "world_size": world, "versions": versions()}
         with atomic_file(os.path.join(o.out, "run_config.json")) as f:
-            json.dump({**(run_config or {}), "training": asdict(o), "world_size": world, "versions": versions()},
-                      f, indent=2)
+            json.dump(written, f, indent=2)
         _truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
+        reporter = cleanup.enter_context(open_reporters(o.report_to, o.out, written, step if resume else None))
+
+    def write(record: dict) -> None:
+        """A record to metrics.jsonl and to the trackers (rank 0 only)."""
+        _append(rank, o.out, record)
+        if reporter is not None:
+            reporter.report(record)
     batches = data.batches(position)
     replan_at = None
     if total_steps is None:
@@ -173,7 +191,10 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
 
     def judge(metrics: dict, at_step: int) -> bool:
         """Log an evaluation; with `select`, keep the model if it is the best so far."""
-        _append(rank, o.out, {"step": at_step, "eval": metrics})
+        write({"step": at_step, "eval": metrics})
+        if rank == 0 and o.progress:  # fractions in metrics.jsonl; percent for people (bar.write: under a bar)
+            bar.write(f"{'dev' if evaluator else 'held-out'} at step {at_step}: {format_scores(metrics)}",
+                      file=sys.stderr)
         if not o.select:
             return False
         if o.select not in metrics:
@@ -197,11 +218,16 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     last_saved = step if resume else -1
     compile_clock = time.perf_counter() if o.compile else None
     loop_start, paused_seconds = time.perf_counter(), 0.0
+    # Nothing in a step waits for the device: losses, gradient norms and the non-finite check stay
+    # device tensors, read on the host only at log, evaluation and checkpoint steps and at the end
+    # (on a GPU each read stalls the queue of kernels until it drains).
+    faults = _NonFinite(device)
+    host_group = _host_group(world)
     with stop:
         while step < total_steps:
             out_of_time = bool(o.max_minutes) and time.perf_counter() - start >= o.max_minutes * 60
             # Every process must stop at the same step, or their collectives would pair up wrongly.
-            verdict = _all_sum({"time": int(out_of_time), "interrupt": int(stop.requested)}, device)
+            verdict = _host_sum({"time": int(out_of_time), "interrupt": int(stop.requested)}, host_group)
             if verdict["interrupt"]:
                 status = "interrupted"
                 break
@@ -209,7 +235,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                 status = "time budget reached"
                 break
             next_position, micro = next(batches)
-            totals = _all_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, device)
+            totals = _host_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, host_group)
             lr = lr_at(step, total_steps, warmup, o.lr, o.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_scale", 1.0) if step >= group.get("unfreeze_at", 0) else 0.0
@@ -226,28 +252,22 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                     step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
                 for k in correct:
                     step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
-            step_sums = _all_sum(step_sums, device)
+            step_sums = _device_sum(step_sums)
             step_loss = sum(weights.get(k, 1.0) * step_sums[f"{k}_loss"] / max(totals[k], 1) for k in totals)
-            if not math.isfinite(step_loss):
-                latest = latest_checkpoint(o.out)
-                raise TrainingStopped(
-                    f"the loss became {step_loss} at step {step + 1}; stopped without updating the weights. "
-                    + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
-                    + "Lower the learning rate (--lr) or use --precision fp32.")
+            step_loss = torch.as_tensor(step_loss, dtype=torch.float32, device=device)
             for group in optimizer.param_groups:  # still frozen (gradual unfreezing): no update, no Adam
                 if step < group.get("unfreeze_at", 0):  # moments, and no share of the clipping norm
                     for p in group["params"]:
                         p.grad = None
+            if scaler.is_enabled():  # fp16: the scaler skips a step whose gradients overflowed; make it
+                _poison_gradients(optimizer, faults.seen | ~torch.isfinite(step_loss))  # skip a bad loss's too
             scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip or float("inf"))
-            if not scaler.is_enabled() and not torch.isfinite(grad_norm):  # a bf16 overflow in the backward pass
-                latest = latest_checkpoint(o.out)
-                raise TrainingStopped(
-                    f"the gradients became non-finite at step {step + 1}; stopped without updating the weights. "
-                    + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
-                    + "Lower the learning rate (--lr) or use --precision fp32.")
-            scaler.step(optimizer)  # optimizer.step(), unless fp16 gradients overflowed
-            scaler.update()
+            # A non-finite loss, or without the scaler non-finite gradients (a bf16 overflow in the
+            # backward pass), stops the run: from that step on no update is applied (on the device,
+            # without a wait), and the next log, evaluation or checkpoint step raises TrainingStopped.
+            faults.record(step + 1, step_loss, None if scaler.is_enabled() else grad_norm)
+            _update(optimizer, scaler, faults.seen)
             optimizer.zero_grad(set_to_none=True)
             step += 1
             position = next_position
@@ -265,16 +285,20 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
                 _log(rank == 0, f"at the measured pace ({step_seconds:.3f} s/step): {total_steps} steps")
                 replan_at = 2 * step if 4 * step < total_steps else None
 
-            if step % o.log_every == 0 or step == total_steps:
+            logging = step % o.log_every == 0 or step == total_steps
+            evaluating = bool(o.eval_every) and step % o.eval_every == 0
+            if logging or evaluating or (o.save_every and step % o.save_every == 0):
+                faults.check(step, o.out)  # the interval's one wait for the device
+            if logging:
                 now = time.perf_counter()
                 record = {"step": step, "lr": lr, **_averages(sums, weights),
                           "tokens_per_s": round(window_tokens / (now - window_start)),
                           "elapsed_s": round(now - start, 1), "epoch": position.epoch}
                 bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=record["tokens_per_s"])
-                _append(rank, o.out, record)
+                write(record)
                 sums, window_tokens, window_start = None, 0, now
             paused = time.perf_counter()
-            if o.eval_every and step % o.eval_every == 0:
+            if evaluating:
                 improved = judge(run_eval(), step)
                 if o.patience and not improved and best["stale"] >= o.patience:
                     status = f"stopped early: no better {o.select} in {o.patience} evaluations"
@@ -287,6 +311,7 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
             window_start += time.perf_counter() - paused  # tokens/s measures training, not evaluation
             paused_seconds += time.perf_counter() - paused
     bar.close()
+    faults.check(step, o.out)  # before the final evaluation and checkpoint
     result = {"status": status, "step": step, "elapsed_s": round(time.perf_counter() - start, 1)}
     if status != "interrupted" and not (o.eval_every and step % o.eval_every == 0):
         judge(run_eval(), step)
@@ -365,6 +390,99 @@ def _all_sum(values: dict, device) -> dict:
     packed = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(packed)
     return {k: (int(v) if isinstance(values[k], int) else v) for k, v in zip(keys, packed.tolist())}
+
+
+def _host_group(world: int):
+    """The process group for host numbers (the stop verdict, the step's counts): a CPU (gloo) one, so
+    that summing them over processes never waits for a GPU's queue; None for a single process."""
+    if world == 1:
+        return None
+    return dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+
+def _host_sum(values: dict, group) -> dict:
+    """Sum integers over the processes of `group` (None: one process, nothing to do)."""
+    if group is None or not values:
+        return values
+    keys = sorted(values)
+    packed = torch.tensor([values[k] for k in keys], dtype=torch.int64)
+    dist.all_reduce(packed, group=group)
+    return dict(zip(keys, packed.tolist()))
+
+
+def _device_sum(values: dict) -> dict:
+    """Sum device tensors over processes, on the device (they stay tensors: nothing waits)."""
+    if not (dist.is_available() and dist.is_initialized()) or not values:
+        return values
+    keys = sorted(values)
+    packed = torch.stack([torch.as_tensor(values[k]).float() for k in keys])
+    dist.all_reduce(packed)
+    return dict(zip(keys, packed.unbind()))
+
+
+class _NonFinite:
+    """The first step whose loss (or, without the fp16 gradient scaler, whose gradients) was not
+    finite, kept on the device, so that watching every step costs no wait; `check` reads it."""
+
+    def __init__(self, device):
+        self.at = torch.zeros((), dtype=torch.int64, device=device)  # that step; 0 while all is well
+        self.loss = torch.zeros((), dtype=torch.float32, device=device)  # its loss
+        self.gradients = torch.zeros((), dtype=torch.bool, device=device)  # its gradients, the loss being finite
+
+    @property
+    def seen(self) -> torch.Tensor:
+        return self.at > 0
+
+    def record(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor | None = None) -> None:
+        loss_ok = torch.isfinite(loss)
+        bad = ~loss_ok if grad_norm is None else ~(loss_ok & torch.isfinite(grad_norm))
+        first = bad & (self.at == 0)
+        self.at = torch.where(first, step, self.at)
+        self.loss = torch.where(first, loss, self.loss)
+        self.gradients = torch.where(first, loss_ok, self.gradients)
+
+    def check(self, step: int, out: str) -> None:
+        """Raise TrainingStopped if a step up to `step` went wrong: the one read of the interval."""
+        at = int(self.at)
+        if not at:
+            return
+        what = "the gradients became non-finite" if bool(self.gradients) else f"the loss became {float(self.loss)}"
+        latest = latest_checkpoint(out)
+        raise TrainingStopped(
+            f"{what} at step {at}; stopped without updating the weights"
+            + (f" from that step on (seen at step {step}: it is checked at log, evaluation and checkpoint steps)"
+               if at != step else "") + ". "
+            + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
+            + "Lower the learning rate (--lr) or use --precision fp32.")
+
+
+def _poison_gradients(optimizer, bad: torch.Tensor) -> None:
+    """Where `bad` (a device bool) holds, make one gradient element NaN, so that the fp16 gradient
+    scaler, which skips any step whose gradients are not all finite, skips this one; on the device."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None and p.grad.is_contiguous() and p.grad.numel():
+                first = p.grad.view(-1)[:1]
+                first.copy_(torch.where(bad, torch.full_like(first, float("nan")), first))
+                return
+
+
+def _update(optimizer, scaler, skip: torch.Tensor) -> None:
+    """optimizer.step(), unless `skip` (a device bool) holds or fp16 gradients overflowed."""
+    if scaler.is_enabled():
+        scaler.step(optimizer)  # skips the update itself when the gradients are not finite (or poisoned)
+        scaler.update()
+    elif getattr(optimizer, "_step_supports_amp_scaling", False):
+        # torch's fused AdamW (optim.make_optimizer, on CPU and CUDA) leaves the weights, its moments
+        # and its step count as they were when given a non-zero `found_inf`, decided on the device:
+        # the contract GradScaler uses with it. No wait for the device.
+        optimizer.found_inf = skip.float()
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif not skip.item():  # other optimizers (foreach AdamW off CPU and CUDA) need this one wait a step
+        optimizer.step()
 
 
 def _estimate_steps(net, data, autocast, device, o: TrainOptions, world: int) -> int:

@@ -1,0 +1,289 @@
+"""Every command of the README's shell blocks, run scaled down, so that the README stays true.
+
+The commands are read from README.md's fenced `bash` blocks (continuation lines joined, comments
+dropped) and run in order in a scratch folder laid out as the README assumes: tiny made-up data at
+the paths it names (`corpus/`, `SST-2/train.tsv`, `../shared/data/...`, ...), so that nothing here
+needs the real shared data. `bertforge` lines run in-process through the CLI with their budgets
+scaled down (pretraining a few steps of the tiny preset of its family, fine-tuning a few examples
+for one epoch); a few shell helpers (`cut`, `printf`, `echo` into `bertforge`) run in bash, and
+`torchrun` runs its two processes for real (gloo on the CPU). A command that needs the output of
+one shown later in the README (the command summary names runs made in later sections) is tried
+again after the others; PREPARE makes what a command's input stands for (a published ELMo). What
+cannot run here is listed in SKIPPED with the reason, and a README command that is neither run nor
+listed fails the test, so a new block cannot go unchecked.
+"""
+
+import glob
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertforge.cli import main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+# Exact commands (as shlex reads them, comments dropped) that are not run, and why.
+SKIPPED = {
+    "make demo": "builds .venv/ and runs the 3-minute demo; tests/test_cli.py runs `bertforge demo` scaled down",
+    "make test": "builds .venv/ and runs the whole suite, this test included",
+    "bertforge demo": "3 minutes on the 37 plays; tests/test_cli.py::test_demo_runs_end_to_end runs it for 0.15",
+    "pip install torch==2.13.0": "installs from the network",
+    "pip install -e .[test]": "installs from the network",
+    "pip install -e .[serve,onnx]": "installs from the network",
+    "bertforge serve runs/mine/model": "serves until stopped; tests/test_serve.py drives the service in-process",
+    "bertforge serve runs/demo/pretrain/model --port 8000": "serves until stopped; tests/test_serve.py drives it",
+    "curl -s 127.0.0.1:8000/fill-mask -H Content-Type: application/json -d {\"text\": \"to be, or not to [MASK]\"}":
+        "needs the running service; tests/test_serve.py asks the same endpoints",
+    "curl -s 127.0.0.1:8000/embed -d {\"texts\": [\"my lord\", \"good night\"], \"pooling\": \"mean\"}":
+        "needs the running service; tests/test_serve.py asks the same endpoints",
+    "torchrun --nnodes=2 --nproc_per_node=8 --rdzv-id=job1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 -m "
+    "bertforge pretrain --corpus /shared/corpus --out /shared/runs/big --cache-dir /shared/cache --max-minutes 600":
+        "needs a second machine; the two-process torchrun line runs, and tests/test_distributed.py checks the ranks",
+}
+SHELL_TOOLS = ("cut", "printf", "echo")  # shell lines run in bash (echo ... | bertforge: bertforge in-process)
+OPERATORS = ("|", ">", ">>", "<", "&&", ";")
+
+# The tiny preset of each objective's family.
+TINY = {"awd-lstm": "awd-lstm-tiny", "elmo": "elmo-tiny"}
+
+WORDS = ("the king and the queen walk to the old castle by the river . a good man sings of the sea and "
+         "the long night . my lord , the ship is lost in the storm . she reads a letter from her brother").split()
+
+
+def sentence(i: int, n: int = 9) -> str:
+    return " ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(n)).capitalize()
+
+
+def prose(seed: int, paragraphs: int = 12) -> str:
+    paragraph = [" ".join(sentence(seed * 31 + p * 5 + s) + "." for s in range(4)) for p in range(paragraphs)]
+    return "\n\n".join(paragraph) + "\n"
+
+
+def sst(n: int) -> str:
+    good, bad = ["a good film", "great acting", "a joy to watch"], ["a bad film", "awful acting", "dull and long"]
+    rows = [f"{(good if i % 2 else bad)[i % 3]} {WORDS[i % len(WORDS)]}\t{i % 2}" for i in range(n)]
+    return "sentence\tlabel\n" + "\n".join(rows) + "\n"
+
+
+def conll(n: int) -> str:
+    people, places = ["John", "Mary", "Ann"], ["Paris", "London", "Rome"]
+    out = ["-DOCSTART- -X- -X- O", ""]
+    for i in range(n):
+        out += [f"{people[i % 3]} NNP B-NP B-PER", "lives VBZ B-VP O", "in IN B-PP O",
+                f"{places[i % 3]} NNP B-NP B-LOC", ". . O O", ""]
+    return "\n".join(out)
+
+
+def squad(articles: int) -> str:
+    data = []
+    for a in range(articles):
+        context = f"The castle of {WORDS[a % len(WORDS)]} was built in {1800 + a} by the king."
+        answer = str(1800 + a)
+        data.append({"title": f"a{a}", "paragraphs": [{"context": context, "qas": [
+            {"id": f"q{a}", "question": "When was the castle built?",
+             "answers": [{"text": answer, "answer_start": context.index(answer)}]}]}]})
+    return json.dumps({"version": "1.1", "data": data})
+
+
+def lay_out(root: Path) -> Path:
+    """The scratch folder the README's commands run in: `root/main` (the checkout, the working
+    folder) and `root/shared/data` beside it, both with tiny files at the README's paths."""
+    work, shared = root / "main", root / "shared" / "data"
+    files = {
+        **{f"corpus/book{i}.txt": prose(i) for i in range(3)},
+        "unseen/other.txt": prose(7), "my-domain/notes.txt": prose(8),
+        "SST-2/train.tsv": sst(40), "SST-2/dev.tsv": sst(12), "dev.tsv": sst(12),
+        "texts.tsv": "sentence\na good film\nawful acting\n", "texts.txt": "a good film\nthe king walks\n",
+        "conll/train.txt": conll(12), "conll/valid.txt": conll(4), "test.txt": conll(3),
+        "squad.json": squad(48),
+    }
+    gutenberg = {name: prose(i + 10) for i, name in enumerate(["158-0.txt", "2701-0.txt", "98-0.txt", "76-0.txt",
+                                                                "pg161.txt"])}
+    shared_files = {**{f"corpus/gutenberg/{k}": v for k, v in gutenberg.items()},
+                    "glue/SST-2/train.tsv": sst(160), "glue/SST-2/dev.tsv": sst(12),
+                    "conll2003/train.txt": conll(12), "conll2003/valid.txt": conll(4)}
+    for base, table in ((work, files), (shared, shared_files)):
+        for name, text in table.items():
+            (base / name).parent.mkdir(parents=True, exist_ok=True)
+            (base / name).write_text(text)
+    # Names the README uses for "a model" or "a file of that kind": links to what earlier commands make.
+    (work / "runs").mkdir()
+    (work / "path" / "to").mkdir(parents=True)
+    links = {"M": "runs/mine/model", "path/to/checkpoint": "../../runs/mine/model",
+             "runs/fwd": "ulmfit-sst2", "runs/bwd": "ulmfit-bwd-sst2"}
+    for name, target in links.items():
+        os.symlink(target, work / name)
+    return work
+
+
+def published_elmo(work: Path) -> None:
+    """`options.json` and `weights.hdf5` as an ELMo is published for AllenNLP: made from the export
+    that the README's command before makes, less the softmax (bilm-tf's dump_weights leaves it out)."""
+    import h5py
+
+    for name in ("options.json", "weights.hdf5"):
+        shutil.copy(work / "elmo-allen" / name, work / name)
+    with h5py.File(work / "weights.hdf5", "a") as f:
+        del f["softmax"]
+
+
+# What a command needs made just before it runs (from the output of commands before it).
+PREPARE = {"bertforge import-allennlp options.json weights.hdf5 runs/elmo-in": published_elmo}
+
+
+def readme_commands(text: str) -> list[tuple[int, list[str]]]:
+    """(line number, words) for each command line of the README's fenced shell blocks, as bash
+    would split it (quotes removed, comments dropped; pipes and redirections are words of their own)."""
+    commands, block, pending, start = [], False, "", 0
+    for number, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            block = not block and stripped[3:].strip() in ("bash", "sh", "shell", "console")
+            continue
+        if not block or not stripped:
+            continue
+        if not pending:
+            start = number
+        pending += stripped
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        lexer = shlex.shlex(pending, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+        if words:
+            commands.append((start, words))
+        pending = ""
+    return commands
+
+
+def bash(words: list[str]) -> str:
+    """Words as a bash command line again (pipes and redirections bare, the rest quoted)."""
+    return " ".join(w if w in OPERATORS else shlex.quote(w) for w in words)
+
+
+def option(argv: list[str], name: str, value: str | None) -> list[str]:
+    """`argv` with `name value` set (or `name` alone when value is None), in place of any given."""
+    if name in argv:
+        i = argv.index(name)
+        argv = argv[:i] + argv[i + (1 if value is None else 2):]
+    return argv + ([name] if value is None else [name, value])
+
+
+def scaled(argv: list[str]) -> list[str]:
+    """A README command made small: a few steps of a tiny model, a few examples for one epoch."""
+    command = argv[0]
+    if command == "pretrain":
+        objective = argv[argv.index("--objective") + 1] if "--objective" in argv else "bert"
+        if "--max-minutes" in argv:
+            i = argv.index("--max-minutes")
+            argv = argv[:i] + argv[i + 2:]
+        argv = option(argv, "--steps", "6" if "--resume" in argv else "3")
+        if "--init" not in argv:
+            argv = option(argv, "--preset", TINY.get(objective, "bert-tiny"))
+        argv = option(argv, "--batch-size", "4")
+        argv = option(argv, "--quiet", None)
+    elif command == "finetune":
+        argv = option(argv, "--max-train-samples", "16")
+        argv = option(argv, "--max-eval-samples", "8")
+        argv = option(argv, "--epochs", "1")
+        argv = option(argv, "--batch-size", "4")
+        argv = option(argv, "--quiet", None)
+    elif command == "generate":
+        argv = option(argv, "--max-new-tokens", "5")
+    return argv
+
+
+def expand(argv: list[str], env: dict, cwd: Path) -> list[str]:
+    """Variables and globs as bash would expand them."""
+    out = []
+    for word in argv:
+        word = re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), ""), word)
+        matches = sorted(glob.glob(word, root_dir=cwd)) if any(c in word for c in "*?") else []
+        out += matches or [word]
+    return out
+
+
+def unchecked(commands: list[tuple[int, list[str], str]]) -> list[str]:
+    """The commands this test can neither run nor finds in SKIPPED."""
+    return [f"README.md, line {n}: {key}" for n, words, key in commands if key not in SKIPPED and not (
+        words[0] in ("bertforge", "torchrun", *SHELL_TOOLS) or re.fullmatch(r"\w+=\S+", key))]
+
+
+def test_shell_blocks_are_read_as_bash_reads_them_and_a_new_kind_of_command_fails():
+    text = ("```bash\nbertforge info runs/a   # a comment\nbertforge fill-mask M \\\n    \"the [MASK] sat\"\n```\n"
+            "```python\nprint('not a shell block')\n```\n- a list item:\n\n  ```bash\n  python tool.py --flag\n"
+            "  make demo\n  ```\n")
+    commands = readme_commands(text)
+    assert commands == [(2, ["bertforge", "info", "runs/a"]), (3, ["bertforge", "fill-mask", "M", "the [MASK] sat"]),
+                        (12, ["python", "tool.py", "--flag"]), (13, ["make", "demo"])]
+    assert unchecked([(n, w, " ".join(w)) for n, w in commands]) == ["README.md, line 12: python tool.py --flag"]
+
+
+def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
+    for module, extra in (("onnxruntime", "onnx"), ("h5py", "allennlp"), ("matplotlib", "plot")):
+        pytest.importorskip(module, reason=f"the README's commands need the {extra} extra (make test installs it)")
+    commands = [(n, words, " ".join(words)) for n, words in readme_commands(README.read_text())]
+    assert len(commands) > 30  # the parser found the blocks
+    unknown = unchecked(commands)
+    assert not unknown, "README commands neither run nor listed in SKIPPED:\n" + "\n".join(unknown)
+    stale = set(SKIPPED) - {key for _, _, key in commands}
+    assert not stale, f"SKIPPED lists commands no longer in the README: {stale}"
+
+    work = lay_out(tmp_path)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("BERTFORGE_CACHE", str(tmp_path / "cache"))
+    env, queue, errors = {}, [c for c in commands if c[2] not in SKIPPED], {}
+    while queue:
+        waiting = []
+        for number, words, key in queue:
+            try:
+                PREPARE.get(key, lambda work: None)(work)
+            except OSError as e:  # what it is made from is not there yet
+                waiting.append((number, words, key))
+                errors[number] = f"README.md, line {number}: {key}\n  -> cannot prepare its input: {e}"
+                continue
+            if re.fullmatch(r"\w+=\S+", key):
+                name, value = key.split("=", 1)
+                env[name] = value
+                continue
+            if words[0] == "torchrun":  # two processes on this machine, gloo on the CPU
+                cut = words.index("bertforge") + 1
+                argv = words[:cut] + scaled(expand(words[cut:], env, work))
+                done = subprocess.run(["bash", "-c", bash(argv)], cwd=work, capture_output=True, text=True,
+                                      env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                                           "OMP_NUM_THREADS": "1"})
+                code, message = done.returncode, (done.stderr.strip().splitlines() or [""])[-1]
+                words = []
+            elif "bertforge" in words and words[0] != "bertforge":  # `echo ... | bertforge ...`: its standard input
+                cut = words.index("bertforge")
+                assert words[cut - 1] == "|", key
+                piped = subprocess.run(["bash", "-c", bash(words[: cut - 1])], cwd=work, capture_output=True,
+                                       text=True, check=True).stdout
+                monkeypatch.setattr("sys.stdin", io.StringIO(piped))
+                words = words[cut:]
+            if not words:
+                pass
+            elif words[0] in SHELL_TOOLS:
+                done = subprocess.run(["bash", "-c", bash(words)], cwd=work, env={**os.environ, **env},
+                                      capture_output=True, text=True)
+                code, message = done.returncode, done.stderr.strip()
+            else:
+                argv = scaled(expand(words[1:], env, work))
+                capsys.readouterr()
+                code = main(argv)
+                message = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+            if code != 0:
+                waiting.append((number, words, key))
+                errors[number] = f"README.md, line {number}: {key}\n  -> exit {code}: {message}"
+        if len(waiting) == len(queue):  # no progress: what is left fails for itself, not for its order
+            pytest.fail("README commands that fail:\n" + "\n".join(errors[n] for n, _, _ in waiting))
+        queue = waiting
