@@ -11,7 +11,7 @@ from bertforge import Embedder, Predictor
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
 from bertforge.models.bert import Bert
-from bertforge.quantize import for_inference, quantize_int8
+from bertforge.quantize import Int8Linear, for_inference, quantize_int8
 
 SENTENCES = ["a gripping, funny and moving film", "the plot makes no sense at all", "it is what it is",
              "an utterly forgettable sequel", "one of the best performances of the year",
@@ -27,10 +27,10 @@ def test_every_linear_layer_becomes_int8_and_the_outputs_stay_near_fp32():
         quantize_int8(model)
         after = model(ids).last_hidden_state
     linear = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    quantized = [m for m in model.modules() if type(m).__module__.startswith("torch.ao.nn.quantized.dynamic")]
+    quantized = [m for m in model.modules() if isinstance(m, Int8Linear)]
     assert not linear and len(quantized) == 2 * 4 + 1  # per layer qkv, out, ffn_in, ffn_out; the pooler
     cosine = torch.nn.functional.cosine_similarity(before, after, dim=-1)
-    assert cosine.min() > 0.99 and not torch.equal(before, after)
+    assert cosine.min() > 0.995 and not torch.equal(before, after)
 
 
 def test_int8_is_refused_off_the_cpu_and_an_unknown_precision_is_named():
@@ -42,11 +42,11 @@ def test_int8_is_refused_off_the_cpu_and_an_unknown_precision_is_named():
 
 def test_int8_minilm_vectors_stay_close_to_fp32(minilm_dir):
     """all-MiniLM-L6-v2's real weights: the quantized embedder's vectors point where fp32's do
-    (mean cosine 0.97 on 4,000 SST-2 sentences; see benchmarks/peers.py)."""
+    (mean cosine 0.99 on 1,000 SST-2 sentences; 0.97 with PyTorch's 7-bit activations)."""
     fp32 = Embedder.from_pretrained(str(minilm_dir)).encode(SENTENCES)
     int8 = Embedder.from_pretrained(str(minilm_dir), precision="int8").encode(SENTENCES)
     cosine = (fp32 * int8).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(int8, axis=1)
-    assert cosine.mean() > 0.95 and cosine.min() > 0.85
+    assert cosine.mean() > 0.98 and cosine.min() > 0.95
     assert int8.dtype == np.float32 and not np.array_equal(fp32, int8)
 
 
@@ -57,14 +57,15 @@ def test_predict_evaluate_and_embed_take_int8(models, tmp_path, capsys):
         assert a.keys() == b.keys() and abs(a["probability"] - b["probability"]) < 0.05
     data = tmp_path / "dev.tsv"
     data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(SENTENCES)))
-    main(["evaluate", "--model", models["sst2"], "--data", str(data), "--precision", "int8"])
+    assert main(["evaluate", "--model", models["sst2"], "--data", str(data), "--precision", "int8"]) == 0
     scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= scores["accuracy"] <= 1 and scores["examples"] == len(SENTENCES)
     out = tmp_path / "predictions.jsonl"
-    main(["predict", "--model", models["sst2"], "--input", str(data), "--output", str(out), "--precision", "int8"])
+    assert main(["predict", "--model", models["sst2"], "--input", str(data), "--output", str(out),
+                 "--precision", "int8"]) == 0
     assert len(out.read_text().splitlines()) == len(SENTENCES)
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(SENTENCES))
-    main(["embed", "--model", models["base"], "--input", str(texts), "--output", str(tmp_path / "v.npy"),
-          "--precision", "int8"])
+    assert main(["embed", "--model", models["base"], "--input", str(texts), "--output", str(tmp_path / "v.npy"),
+                 "--precision", "int8"]) == 0
     assert np.load(tmp_path / "v.npy").shape[0] == len(SENTENCES)

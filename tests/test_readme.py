@@ -244,11 +244,12 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
     env, queue, errors = {}, [c for c in commands if c[2] not in SKIPPED], {}
     while queue:
         waiting = []
-        for number, words, key in queue:
+        for number, command, key in queue:
+            words = command  # what is left to run in-process; the queue keeps the whole command
             try:
                 PREPARE.get(key, lambda work: None)(work)
             except OSError as e:  # what it is made from is not there yet
-                waiting.append((number, words, key))
+                waiting.append((number, command, key))
                 errors[number] = f"README.md, line {number}: {key}\n  -> cannot prepare its input: {e}"
                 continue
             if re.fullmatch(r"\w+=\S+", key):
@@ -282,7 +283,7 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
                 code = main(argv)
                 message = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
             if code != 0:
-                waiting.append((number, words, key))
+                waiting.append((number, command, key))
                 errors[number] = f"README.md, line {number}: {key}\n  -> exit {code}: {message}"
         if len(waiting) == len(queue):  # no progress: what is left fails for itself, not for its order
             pytest.fail("README commands that fail:\n" + "\n".join(errors[n] for n, _, _ in waiting))

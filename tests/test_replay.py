@@ -126,6 +126,7 @@ def test_a_run_resumes_through_its_config_and_its_data_settings_are_still_checke
     ({"command": "finetune", "args": {"steps": 2.5}}, "option 'steps' must be an integer, got 2.5"),
     ({"command": "finetune", "args": {"crf": "yes"}}, "option 'crf' must be true or false, got 'yes'"),
     ({"command": "finetune", "args": {"scheme": "IOB9"}}, "option 'scheme' must be one of IOB1, IOB2, BIOES"),
+    ({"command": "finetune", "args": {"task": None}}, "option 'task' is required, got null"),
     ({"steps": 2}, 'no "command" and "args" to replay'),
     ("{not json", "not a JSON file (Expecting property name"),
 ])

@@ -39,10 +39,10 @@ def test_unpadded_layers_equal_the_padded_ones_forward_and_backward(model_type):
 
 def test_packing_keeps_each_rows_tokens_in_order():
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
-    packed = Packed.of(mask)
+    packed = Packed.of(mask.bool()[:, None, None, :])
     x = torch.arange(12.0).view(3, 4, 1)
     assert packed.pack(x).view(-1).tolist() == [0, 1, 4, 5, 6, 7, 8]
-    assert packed.offsets.tolist() == [0, 2, 6, 7] and packed.longest == 4
+    assert packed.offsets.tolist() == [0, 2, 6, 7] and packed.length == 4
     assert torch.equal(packed.unpack(packed.pack(x)), x * mask[..., None])
 
 
@@ -51,3 +51,17 @@ def test_the_padded_path_stays_the_default_on_a_cpu():
     ids, mask = torch.randint(5, 99, (2, 6)), torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
     out = model(ids, attention_mask=mask)
     assert out.last_hidden_state[1, 4].abs().sum() > 0  # computed on padding, as transformers does
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashAttention's variable-length kernel needs a GPU")
+def test_varlen_attention_on_a_gpu_equals_the_padded_path():
+    torch.manual_seed(0)
+    model = Bert(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).cuda()
+    ids = torch.randint(5, 99, (3, 10), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[0, 6:], mask[2, 3:] = 0, 0
+    real = mask.bool()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        padded = model(ids, attention_mask=mask, unpad=False).last_hidden_state[real].float()
+        packed = model(ids, attention_mask=mask, unpad=True).last_hidden_state[real].float()
+    torch.testing.assert_close(packed, padded, atol=2e-2, rtol=2e-2)  # bf16

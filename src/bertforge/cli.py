@@ -13,15 +13,15 @@ import sys
 from .checks import check_options
 from .config import AWD_LSTM_PRESETS, ELMO_PRESETS, PRESETS
 from .errors import BertforgeError
-from .training.tracking import check_reporters
+from .training.tracking import REPORTERS, check_reporters
 
 # The keys of `pretrain.OBJECTIVES`, named here so that `--help` needs no torch import (a test
 # checks the two agree).
 OBJECTIVE_NAMES = ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt", "awd-lstm", "elmo"]
 RECURRENT_NAMES = ["awd-lstm", "elmo"]  # pretrain_recurrent.RECURRENT_OBJECTIVES
 VOCAB_KINDS = ["wordpiece", "byte-bpe", "bpe"]  # tokenizer.KINDS
-# training.tracking.REPORTERS: the trackers fed metrics.jsonl's records
-REPORT_TO = dict(nargs="+", action="extend", choices=["csv", "tensorboard", "wandb"], metavar="TRACKER",
+# The trackers fed metrics.jsonl's records; with --config, the command line's list replaces the file's.
+REPORT_TO = dict(nargs="+", choices=REPORTERS, metavar="TRACKER",
                  help="also send every record of metrics.jsonl to: csv (OUT/metrics.csv), tensorboard "
                       "(OUT/tensorboard), wandb (Weights & Biases; its WANDB_* variables apply); several may "
                       "be named (default: none)")
@@ -817,6 +817,8 @@ def _saved_value(action: argparse.Action, value, path: str):
     """`value` from a config file for `action`, as the command line would have given it (a float
     option's 3 as 3.0), or a one-line error naming the file and the option."""
     if value is None:
+        if action.required:  # --out, --corpus...: the file must give it, or leave it to the command line
+            raise BertforgeError(f"{path}: option {action.dest!r} is required, got null")
         return None
     if action.nargs == 0:  # a switch
         if isinstance(value, bool):

@@ -92,7 +92,7 @@ class Embedder:
         return [e.tokens for e in self.tokenizer.encode_batch(texts, max_length=limit)]
 
     def encode(self, texts: list[str], layers: str | int = "last", pooling: str | None = None, batch_size: int = 128,
-               max_length: int | None = None, normalize: bool | None = None,
+               max_length: int | None = None, *, normalize: bool | None = None,
                progress: bool = False) -> list[np.ndarray] | np.ndarray:
         """Vectors for `texts`, in the precision the embedder was loaded with.
 
@@ -166,7 +166,7 @@ class ELMoEmbedder:
         return [self.vocab.tokenize(t)[:limit] for t in texts]
 
     def encode(self, texts: list[str], layers: str | int = "all", pooling: str | None = None, batch_size: int = 64,
-               max_length: int | None = None, normalize: bool | None = None,
+               max_length: int | None = None, *, normalize: bool | None = None,
                progress: bool = False) -> list[np.ndarray] | np.ndarray:
         """Vectors for `texts`, as `Embedder.encode`: mean over the words, or `tokens` (one vector
         per word). `cls` has no meaning here (there is no [CLS])."""

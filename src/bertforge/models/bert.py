@@ -104,23 +104,23 @@ def attend(q, k, v, mask, dropout_p: float, causal: bool = False) -> torch.Tenso
 
 
 class Packed(NamedTuple):
-    """Where the real tokens of a padded (B, T) batch are, for the unpadded path: `index` (N,) their
+    """Where the real tokens of a padded (B, T) batch are, for the unpadded path: `index` (N',) their
     flat positions in B * T, `offsets` (B + 1,) int32 where each row's tokens start in the packed
-    (N, ...) tensors, `longest` the longest row, and `mask` (B, 1, 1, T) for attention."""
+    (N', ...) tensors, `mask` (B, 1, 1, T) for attention on the padded fallback, and B and T."""
     index: torch.Tensor
     offsets: torch.Tensor
-    longest: int
     mask: torch.Tensor
     batch: int
     length: int
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor) -> "Packed":
-        lengths = attention_mask.sum(1)
-        offsets = F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
-        index = attention_mask.reshape(-1).nonzero().squeeze(1)  # one host sync per forward pass
-        B, T = attention_mask.shape
-        return cls(index, offsets, int(lengths.max()), attention_mask.bool()[:, None, None, :], B, T)
+    def of(cls, mask: torch.Tensor) -> "Packed":
+        """From the (B, 1, 1, T) boolean attention mask."""
+        B, T = mask.shape[0], mask.shape[-1]
+        real = mask.view(B, T)
+        offsets = F.pad(real.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+        index = real.reshape(-1).nonzero().squeeze(1)  # the one host sync of the unpadded path
+        return cls(index, offsets, mask, B, T)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...): the real tokens only."""
@@ -142,7 +142,8 @@ def varlen_attention(q, k, v, packed: Packed, dropout_p: float) -> torch.Tensor 
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
         return None
-    return varlen_attn(q, k, v, packed.offsets, packed.offsets, packed.longest, packed.longest)
+    # T bounds the longest row: reading the true longest would cost another host sync
+    return varlen_attn(q, k, v, packed.offsets, packed.offsets, packed.length, packed.length)
 
 
 def rotary_tables(positions: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,7 +239,8 @@ class Layer(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x, mask, rotary=None, attentions=None, packed=None):
-        x = self.attention_norm(x + self.dropout(self.attention(x, mask, rotary, attentions, packed)))  # (B, T, H)
+        """x (B, T, H), or (N', H) with `packed`."""
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask, rotary, attentions, packed)))
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
 
 
@@ -303,10 +305,13 @@ class Bert(nn.Module):
         `output_attentions` returns each layer's attention probabilities (dropout never applied to
         them), computed written out rather than by SDPA, which does not expose them.
 
-        `unpad` (default: on a GPU) runs the layers on the real tokens only, packed (MosaicBERT's
-        and ModernBERT's unpadding): no projection or feed-forward work on padding, and attention by
-        FlashAttention's variable-length kernel where it runs (bf16/fp16, no attention dropout).
-        Outputs at real positions are the padded path's; at padding they are zeros."""
+        `unpad` runs the layers on the real tokens only, packed (MosaicBERT's and ModernBERT's
+        unpadding): no projection or feed-forward work on padding, and attention by FlashAttention's
+        variable-length kernel where it runs (CUDA, bf16/fp16, no attention dropout), else padded
+        for SDPA. Outputs at real positions are the padded path's; at padding they are zeros. By
+        default it is on where that kernel runs the whole layer: on a GPU without attention dropout
+        (inference: embed, predict, evaluate, serve). Training with attention dropout keeps the
+        padded path, whose batches are length-grouped or packed rows with little padding."""
         B, T = input_ids.shape
         config = self.config
         if token_type_ids is None or config.type_vocab_size == 1:
@@ -336,10 +341,10 @@ class Bert(nn.Module):
         states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         if unpad is None:
-            unpad = input_ids.device.type == "cuda"
+            unpad = input_ids.device.type == "cuda" and not (self.training and config.attention_probs_dropout_prob)
         packed = None
-        if unpad and attention_mask is not None and not output_attentions and not tracing():
-            packed = Packed.of(attention_mask)
+        if unpad and mask is not None and not output_attentions and not tracing():
+            packed = Packed.of(mask)
             x = packed.pack(x)  # (N', H)
             if rotary is not None:
                 rotary = tuple(packed.pack(t.expand(B, T, 1, 1, -1)) if t.dim() == 4 else packed.pack(t)

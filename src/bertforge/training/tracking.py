@@ -18,7 +18,7 @@ from ..errors import BertforgeError
 from .atomic import atomic_file
 
 REPORTERS = ("csv", "tensorboard", "wandb")
-# the package each tracker needs, and the extra that installs it
+# the package each tracker needs (its extra has the same name)
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
@@ -136,7 +136,7 @@ class TensorBoardReporter(Reporter):
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise _missing("tensorboard") from None
-        purge = resumed_step + 1 if resumed_step is not None else None
+        purge = (resumed_step or 0) + 1  # a fresh run in a used directory purges the old events too
         self.writer = SummaryWriter(log_dir=os.path.join(out, "tensorboard"), purge_step=purge)
 
     def report(self, record: dict) -> None:

@@ -134,6 +134,8 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
         step, position, elapsed, total_steps, window, saved_best = _restore(model, optimizer, checkpoints, device,
                                                                             scaler)
         best.update(saved_best or {})
+        if o.select and best["score"] is not None and abs(best["score"]) > 1:
+            best["score"] /= 100  # checkpointed when task scores were kept in percent; they are fractions now
         _log(rank == 0, f"resuming from step {step} (epoch {position.epoch}, instance {position.index})")
         if o.steps and o.steps != total_steps:
             _log(rank == 0, f"the run planned {total_steps} steps; now {o.steps} (the schedule stretches to fit)")
