@@ -16,7 +16,10 @@ def model_line(model, members: int = 1) -> str:
     """`model: bert, 2 layers x 128, 4.4M parameters; vocabulary 1,000` for a model (a task model,
     an encoder or a biLM: whatever has a `config`, itself or in its `bert`); an ensemble says how many."""
     config = getattr(getattr(model, "bert", model), "config", None) or model.config
-    parameters = sum(p.numel() for p in model.parameters())
+    from .quantize import Int8Linear
+
+    parameters = sum(p.numel() for p in model.parameters()) + sum(  # int8 weights are packed, not parameters
+        m.in_features * m.out_features + m.out_features for m in model.modules() if isinstance(m, Int8Linear))
     vocabulary = getattr(config, "vocab_size", None)
     size = f"{parameters / 1e6:.1f}M" if parameters >= 100_000 else f"{parameters:,}"
     line = (f"{config.model_type}, {config.num_hidden_layers} layers x {config.hidden_size}, {size} parameters"

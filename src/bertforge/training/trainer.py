@@ -381,7 +381,11 @@ def _averages(acc, weights: dict) -> dict:
 
 
 def _to(batch: dict, device) -> dict:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    """The batch on `device`. To a GPU through pinned memory: a non-blocking copy from pageable
+    memory is a synchronous one in disguise, and the step would wait for it."""
+    pin = device.type == "cuda"
+    return {k: (v.pin_memory() if pin else v).to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
 
 
 def _all_sum(values: dict, device) -> dict:
