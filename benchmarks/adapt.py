@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 from family import subsets, workspace
-from transfer import DATA, records, run
+from transfer import DATA, records, run, write_table
 
 TASKS = {  # name: (--task, train (in the workspace), dev, metric, settings)
     "sst2": ("sst2", "sst2-train-10k.tsv", "glue/SST-2/dev.tsv", "accuracy",
@@ -88,10 +88,7 @@ def main() -> None:
         lines.append(f"\ncontinued pretraining: {p['steps']} steps, {p['tokens_per_s']} tokens/s; held-out masked-token "
                      f"accuracy {100 * p['first_held_out']['mlm_accuracy']:.1f}% at the first evaluation, "
                      f"{100 * p['held_out']['mlm_accuracy']:.1f}% at the end (loss {p['held_out']['mlm_loss']:.2f})")
-    table = "\n".join(lines)
-    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
-        f.write(table + "\n")
-    print(table)
+    write_table(work, lines)
 
 
 if __name__ == "__main__":

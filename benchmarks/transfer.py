@@ -37,6 +37,14 @@ def run(command: list[str]) -> float:
     return (time.perf_counter() - start) / 60
 
 
+def write_table(work: str, lines: list[str]) -> None:
+    """The table's lines printed and saved as `work`/table.md."""
+    table = "\n".join(lines)
+    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
+        f.write(table + "\n")
+    print(table)
+
+
 def records(out: str) -> list[dict]:
     with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -111,10 +119,7 @@ def main() -> None:
         p = results["pretraining"]
         lines.append(f"\npretraining: {p['steps']} steps in {p['minutes']} min, {p['tokens_per_s']} tokens/s, "
                      f"held-out {json.dumps(p['held_out'])}")
-    table = "\n".join(lines)
-    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
-        f.write(table + "\n")
-    print(table)
+    write_table(work, lines)
 
 
 if __name__ == "__main__":

@@ -141,19 +141,24 @@ def test_wandb_logs_the_records_of_metrics_jsonl(tmp_path, corpus, monkeypatch):
     assert finish == ("finish", 0)
 
 
-def test_wandb_hears_a_failed_run(tmp_path, corpus, monkeypatch):
-    fake = FakeWandb()
-    monkeypatch.setitem(sys.modules, "wandb", fake)
+def break_loss_at(monkeypatch, call: int, value: float = float("nan")) -> None:
+    """Make the `call`-th forward pass of BertPretraining (one per step here) return a non-finite loss."""
     calls, real_forward = {"n": 0}, BertPretraining.forward
 
     def failing_forward(self, batch):
         losses, correct = real_forward(self, batch)
         calls["n"] += 1
-        if calls["n"] == 2:
-            losses["mlm"] = losses["mlm"] * float("nan")
+        if calls["n"] == call:
+            losses["mlm"] = losses["mlm"] * value
         return losses, correct
 
     monkeypatch.setattr(BertPretraining, "forward", failing_forward)
+
+
+def test_wandb_hears_a_failed_run(tmp_path, corpus, monkeypatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    break_loss_at(monkeypatch, 2)
     assert main(pretrain_argv(tmp_path, tmp_path / "run", "--steps", "4", "--report-to", "wandb")) == 2
     assert fake.calls[-1] == ("finish", 1)
 
@@ -198,16 +203,7 @@ def test_the_loop_reads_the_device_per_record_not_per_step(tmp_path, corpus, mon
 
 
 def test_a_non_finite_loss_between_records_stops_the_run_at_the_next(tmp_path, corpus, monkeypatch):
-    calls, real_forward = {"n": 0}, BertPretraining.forward
-
-    def failing_forward(self, batch):
-        losses, correct = real_forward(self, batch)
-        calls["n"] += 1
-        if calls["n"] == 6:  # the sixth step: between the records at steps 4 and 8
-            losses["mlm"] = losses["mlm"] * float("inf")
-        return losses, correct
-
-    monkeypatch.setattr(BertPretraining, "forward", failing_forward)
+    break_loss_at(monkeypatch, 6, float("inf"))  # the sixth step: between the records at steps 4 and 8
     with pytest.raises(TrainingStopped, match=r"the loss became (nan|inf) at step 6; stopped without updating the "
                        r"weights from that step on \(seen at step 8.*step-0000004.*--lr"):
         run(tmp_path, "run", save_every=4)
@@ -227,17 +223,8 @@ def test_no_update_is_applied_from_a_non_finite_step_on(tmp_path, corpus, monkey
         kept["model"] = model
         return real_train(model, *args, **kwargs)
 
-    calls, real_forward = {"n": 0}, BertPretraining.forward
-
-    def failing_forward(self, batch):
-        losses, correct = real_forward(self, batch)
-        calls["n"] += 1
-        if calls["n"] == 3:
-            losses["mlm"] = losses["mlm"] * float("nan")
-        return losses, correct
-
+    break_loss_at(monkeypatch, 3)
     monkeypatch.setattr(recipe, "train", keep_model)
-    monkeypatch.setattr(BertPretraining, "forward", failing_forward)
     with pytest.raises(TrainingStopped, match=r"at step 3; .* \(seen at step 4"):
         run(tmp_path, "run", steps=8, log_every=8, save_every=2)
     good = load_pretrained(str(tmp_path / "run" / "checkpoints" / "step-0000002"), cls=BertPretraining)

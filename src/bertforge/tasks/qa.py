@@ -94,14 +94,7 @@ class QuestionAnsweringTask:
                     impossible = bool(qa.get("is_impossible", False))
                     if with_labels and not answers and not impossible:
                         raise BertforgeError(f"{where}: no answers, and not marked is_impossible")
-                    for answer in answers:
-                        if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
-                            raise BertforgeError(f"{where}: an answer without \"text\"")
-                        start, text = answer.get("answer_start"), answer["text"]
-                        if not isinstance(start, int) or context[start: start + len(text)] != text:
-                            raise BertforgeError(f"{where}: answer_start {start} does not point at the answer "
-                                                 f"{text!r} (the context has {context[start: start + len(text)]!r} "
-                                                 "there)" if isinstance(start, int) else f"{where}: no answer_start")
+                    check_answers(answers, context, where)
                     question = {"id": qa["id"], "question": qa["question"], "context": context, "where": where}
                     if with_labels:
                         question.update(answers=answers, impossible=impossible)
@@ -137,14 +130,7 @@ class QuestionAnsweringTask:
                 elif not isinstance(answers, list):
                     raise BertforgeError(f"{at}: 'answers' is {type(answers).__name__}, not a list or "
                                          "{text, answer_start}")
-                for answer in answers:
-                    if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
-                        raise BertforgeError(f"{at}: an answer without \"text\"")
-                    start, text = answer.get("answer_start"), answer["text"]
-                    if not isinstance(start, int) or context[start: start + len(text)] != text:
-                        raise BertforgeError(f"{at}: answer_start {start} does not point at the answer {text!r} (the "
-                                             f"context has {context[start: start + len(text)]!r} there)"
-                                             if isinstance(start, int) else f"{at}: no answer_start")
+                check_answers(answers, context, at)
                 impossible = bool(record.get("is_impossible", not answers))
                 if not answers and not impossible:
                     raise BertforgeError(f"{at}: no answers, and is_impossible is false")
@@ -370,3 +356,16 @@ def _list(record: dict, key: str, where: str) -> list:
     if not isinstance(value, list):
         raise BertforgeError(f"{where}: \"{key}\" is {type(value).__name__}, not a list")
     return value
+
+
+def check_answers(answers: list, context: str, where: str) -> None:
+    """Each answer has its text and an answer_start that points at that text in `context`."""
+    for answer in answers:
+        if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+            raise BertforgeError(f"{where}: an answer without \"text\"")
+        start, text = answer.get("answer_start"), answer["text"]
+        if not isinstance(start, int):
+            raise BertforgeError(f"{where}: no answer_start")
+        if context[start: start + len(text)] != text:
+            raise BertforgeError(f"{where}: answer_start {start} does not point at the answer {text!r} (the "
+                                 f"context has {context[start: start + len(text)]!r} there)")
