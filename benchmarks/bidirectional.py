@@ -1,19 +1,22 @@
 """BERT's central claim, measured: a bidirectional encoder (BERT, masked LM) against a left-to-right
-decoder (GPT-1, next-token LM) of the same size, pretrained on the same Gutenberg corpus with the
+decoder (GPT, next-token LM) of the same size, pretrained on the same Gutenberg corpus with the
 same vocabulary for the same wall-clock budget, then fine-tuned with one recipe on SST-2, MRPC,
 RTE, CoNLL-2003 and a SWAG-style multiple-choice set; each against its own architecture randomly
 initialised.
 
     python benchmarks/bidirectional.py [--minutes 12] [--seeds 0 1] [--out runs/bench-bidirectional]
                                        [--tasks sst2 mrpc rte conll choice] [--starts pretrained random]
-                                       [--models bert bert-absolute gpt]
+                                       [--models bert bert-absolute gpt gpt-1]
 
-Each model pretrains with `bertforge pretrain`'s defaults for its objective (the small-budget
-recipe: BERT with rotary positions, MLM + NSP; GPT-1 with learned positions at half the learning
-rate) once, with seed 0, on bert-base-uncased's WordPiece vocabulary (shared, so the vocabulary is
-not what differs). Fine-tuning uses `bertforge finetune`'s defaults (GPT-1's input transforms and
-its auxiliary LM loss at 0.5) with the same epochs, batch and length for both, once per --seeds;
-the table gives the mean and each seed, each score the best dev epoch.
+Each model pretrains once, with seed 0, with `bertforge pretrain`'s defaults for its objective (the
+small-budget recipe: BERT with rotary positions, MLM + NSP; GPT with learned positions at half the
+learning rate and GPT-2's layer order). BERT learns the recipe's vocabulary for the corpus (16,384
+WordPiece pieces) and every other model reads through it, so the vocabulary is not what differs.
+Two controls: `bert-absolute` (BERT with GPT's learned position table) and `gpt-1` (GPT-1's own
+layer order, which stays longer at the unigram loss). Fine-tuning uses `bertforge
+finetune`'s defaults (GPT through its input transforms with the auxiliary LM loss at 0.5) with the
+same epochs, batch and length for both, once per --seeds; the table gives the mean and each seed,
+each score the best dev epoch.
 
 The multiple-choice set is built from SQuAD v1.1 dev (Wikipedia, which neither model pretrained
 on): the context is a sentence, the four endings are the sentence that follows it and three other
@@ -31,12 +34,15 @@ import subprocess
 import sys
 
 import numpy as np
-from family import DATA, bert_vocabulary, records, run, subsets, workspace
+from family import DATA, records, run, subsets, workspace
 
 # name: pretraining options. "bert-absolute" is the control for positions: BERT's recipe defaults
-# give it rotary positions, GPT-1 has a learned table, and learned tables organise slowly.
+# give it rotary positions, GPT-1 has a learned table, and learned tables organise slowly. "gpt" is
+# the recipe's GPT (GPT-2's layer order), "gpt-1" the control for the order: GPT-1's own.
 MODELS = {"bert": ["--objective", "bert"], "bert-absolute": ["--objective", "bert", "--positions", "absolute"],
-          "gpt": ["--objective", "gpt"]}
+          "gpt": ["--objective", "gpt"], "gpt-1": ["--objective", "gpt", "--layer-norm", "post"]}
+LABELS = {"bert": "BERT", "bert-absolute": "BERT, absolute positions", "gpt": "GPT, GPT-2's layer order",
+          "gpt-1": "GPT-1, its own layer order"}
 TASKS = {  # name: (--task, train, dev, metric, settings)
     "sst2": ("sst2", "WORK/sst2-train-10k.tsv", "glue/SST-2/dev.tsv", "accuracy",
              ["--epochs", "2", "--batch-size", "32", "--max-seq-length", "64"]),
@@ -100,7 +106,7 @@ def main() -> None:
     corpus, work = workspace(args.out)
     subsets(work)
     choice_sets(work)
-    tokenizer, cache = bert_vocabulary(work), os.path.join(work, "cache")
+    cache = os.path.join(work, "cache")
     saved = os.path.join(work, "results.json")
     results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}
 
@@ -108,11 +114,15 @@ def main() -> None:
         with open(saved, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
 
-    for name in args.models:
+    # BERT learns the recipe's vocabulary for this corpus (16,384 WordPiece pieces); every other
+    # model reads through the same one, so that the vocabulary is not what differs.
+    models = ["bert"] + [m for m in args.models if m != "bert"]
+    for name in models:
         run_dir = os.path.join(work, name)
+        vocabulary = [] if name == "bert" else ["--tokenizer", os.path.join(work, "bert", "model")]
         if f"{name} pretraining" not in results:
             minutes = run([sys.executable, "-m", "bertforge.cli", "pretrain", *MODELS[name],
-                           "--corpus", corpus, "--out", run_dir, "--preset", args.preset, "--tokenizer", tokenizer,
+                           "--corpus", corpus, "--out", run_dir, "--preset", args.preset, *vocabulary,
                            "--cache-dir", cache, "--max-minutes", str(args.minutes), "--seed", "0",
                            "--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--quiet"])
             logged = records(run_dir)
@@ -123,6 +133,8 @@ def main() -> None:
                 "tokens_per_s": round(float(np.mean([r["tokens_per_s"] for r in train[1:]]))),
                 "held_out": [r for r in logged if r.get("eval")][-1]["eval"]}
             keep()
+        if name not in args.models:
+            continue
         for seed in args.seeds:
             random_model = os.path.join(work, f"{name}-random-s{seed}")
             if not os.path.isdir(random_model):
@@ -169,11 +181,11 @@ def summary(results: dict, tasks: list[str]) -> str:
                 cells.append(f"{np.mean(scores):.1f} ({each})" if scores else "-")
             speed = steps = loss = "-"
             if pre and start == "pretrained":
-                term = "lm" if name == "gpt" else "mlm"
+                term = "lm" if name.startswith("gpt") else "mlm"
                 speed, steps = f"{pre['tokens_per_s']:,}", str(pre["steps"])
                 held = pre["held_out"]
                 loss = f"{term.upper()} {held[f'{term}_loss']:.2f} ({100 * held[f'{term}_accuracy']:.1f}%)"
-            lines.append(f"| {name.upper()} | {start} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
+            lines.append(f"| {LABELS[name]} | {start} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

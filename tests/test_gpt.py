@@ -29,15 +29,21 @@ def all_logits(model, batch):
     return hidden, model.lm_logits(hidden.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
 
 
-def test_lm_matches_transformers_both_ways(tmp_path):
+# GPT-1's layer order as `transformers`' openai-gpt, and GPT-2's as its gpt2
+ORDERS = {"openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
+
+
+@pytest.mark.parametrize("model_type", ORDERS)
+def test_lm_matches_transformers_both_ways(tmp_path, model_type):
     torch.manual_seed(0)
-    config = GPTConfig(**SMALL)
+    config = GPTConfig(**SMALL, model_type=model_type)
     ours = CausalLMPretraining(config).eval()
     randomise(ours)
     save_pretrained(ours, str(tmp_path))
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["architectures"] == ["OpenAIGPTLMHeadModel"] and saved["model_type"] == "openai-gpt"
-    theirs, info = transformers.OpenAIGPTLMHeadModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert saved["architectures"] == [f"{ORDERS[model_type]}LMHeadModel"] and saved["model_type"] == model_type
+    hf_class = getattr(transformers, f"{ORDERS[model_type]}LMHeadModel")
+    theirs, info = hf_class.from_pretrained(tmp_path, output_loading_info=True)
     assert not any(info.values()), info
     batch = random_batch(config.vocab_size)  # right padding: real positions never see it
     real = batch["attention_mask"].bool()
@@ -51,16 +57,38 @@ def test_lm_matches_transformers_both_ways(tmp_path):
         assert (logits - expected.logits)[real].abs().max() <= 1e-5
     theirs.save_pretrained(tmp_path / "back")
     back = load_pretrained(str(tmp_path / "back"), cls=CausalLMPretraining).eval()
+    assert back.bert.config.pre_norm == (model_type == "gpt2")
     with torch.no_grad():
         assert (all_logits(back, batch)[1] - expected.logits)[real].abs().max() <= 1e-5
     assert isinstance(load_pretrained(str(tmp_path / "back")), GPT)
 
 
-def test_token_types_are_embedded_as_tokens_as_in_transformers():
+def test_gpt2_options_the_decoder_lacks_are_refused(tmp_path):
+    def gpt2_config():
+        return transformers.GPT2Config(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=1,
+                                       eos_token_id=2)
+
+    config = gpt2_config()
+    for change, named in (({"activation_function": "gelu"}, "activation_function 'gelu'"),
+                          ({"n_inner": 48}, "n_inner 48"), ({"scale_attn_by_inverse_layer_idx": True}, "inverse")):
+        for key, value in change.items():
+            setattr(config, key, value)
+        config.save_pretrained(tmp_path)
+        with pytest.raises(BertforgeError, match=named):
+            load_config(str(tmp_path))
+        config = gpt2_config()
+    config.save_pretrained(tmp_path)
+    assert load_config(str(tmp_path)).pre_norm
+
+
+@pytest.mark.parametrize("model_type", ORDERS)
+def test_token_types_are_embedded_as_tokens_as_in_transformers(model_type):
     torch.manual_seed(0)
-    config = GPTConfig(**SMALL)
+    config = GPTConfig(**SMALL, model_type=model_type)
     ours = CausalLMPretraining(config).eval()
-    theirs = transformers.OpenAIGPTModel(transformers.OpenAIGPTConfig(**config.to_dict())).eval()
+    randomise(ours)
+    hf_config = getattr(transformers, f"{ORDERS[model_type]}Config")(**config.hf_dict())
+    theirs = getattr(transformers, f"{ORDERS[model_type]}Model")(hf_config).eval()
     theirs.load_state_dict({k.removeprefix("transformer."): v for k, v in to_hf(ours)[0].items()})
     ids, types = torch.randint(5, 99, (2, 10)), torch.randint(5, 99, (2, 10))
     with torch.no_grad():
@@ -68,9 +96,10 @@ def test_token_types_are_embedded_as_tokens_as_in_transformers():
                 ).abs().max() <= 1e-5
 
 
-def test_earlier_positions_never_see_later_tokens():
+@pytest.mark.parametrize("model_type", ORDERS)
+def test_earlier_positions_never_see_later_tokens(model_type):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**SMALL)).eval()
+    model = GPT(GPTConfig(**SMALL, model_type=model_type)).eval()
     ids = torch.randint(5, 99, (1, 12))
     changed = ids.clone()
     changed[0, 8] = (ids[0, 8] + 1 - 5) % 94 + 5
@@ -79,9 +108,10 @@ def test_earlier_positions_never_see_later_tokens():
     assert torch.equal(a[0, :8], b[0, :8]) and not torch.allclose(a[0, 8:], b[0, 8:])
 
 
-def test_the_cache_gives_what_the_whole_sequence_gives():
+@pytest.mark.parametrize("model_type", ORDERS)
+def test_the_cache_gives_what_the_whole_sequence_gives(model_type):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**SMALL)).eval()
+    model = GPT(GPTConfig(**SMALL, model_type=model_type)).eval()
     ids = torch.randint(5, 99, (2, 12))
     cache = Cache()
     with torch.no_grad():
@@ -128,11 +158,12 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
     assert held_out["lm_loss"] < records[0]["lm_loss"] - 0.5  # on held-out documents too
     run_config = json.loads((out / "run_config.json").read_text())
     assert run_config["positions"] == "absolute" and run_config["masking"]["mask_prob"] == 0.0
+    assert run_config["layer_norm"] == "pre"  # the small-budget recipe's: GPT-2's order
     model = out / "model"
     assert Tokenizer.from_pretrained(str(model)).kind == "bpe"  # GPT-1's vocabulary by default
     config = load_config(str(model))
-    assert config.architectures == ["OpenAIGPTLMHeadModel"] and config.n_layer == gpt_preset("bert-tiny").n_layer
-    theirs, info = transformers.OpenAIGPTLMHeadModel.from_pretrained(model, output_loading_info=True)
+    assert config.architectures == ["GPT2LMHeadModel"] and config.n_layer == gpt_preset("bert-tiny").n_layer
+    theirs, info = transformers.GPT2LMHeadModel.from_pretrained(model, output_loading_info=True)
     assert not any(info.values()), info
     capsys.readouterr()
 
@@ -163,3 +194,26 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
     bert.save_pretrained(bert_dir)
     with pytest.raises(BertforgeError, match="generate needs a left-to-right language model"):
         Generator(str(bert_dir))
+
+
+def test_layer_order_is_the_recipes_or_chosen_and_saved_as_its_hf_type(tmp_path, capsys):
+    from bertforge.recipe import pretraining_recipe
+
+    assert pretraining_recipe("small-budget", "gpt", "bert-mini", "openai-gpt").layer_norm == "pre"
+    assert pretraining_recipe("bert-2018", "gpt", "bert-mini", "openai-gpt").layer_norm == "post"
+    write_corpus(tmp_path / "corpus")
+    data = ["--corpus", str(tmp_path / "corpus"), "--batch-size", "4", "--max-seq-length", "32", "--cache-dir",
+            str(tmp_path / "cache"), "--quiet", "--steps", "2"]
+    common = [*data, "--preset", "bert-tiny", "--vocab-size", "100"]
+    assert main(["pretrain", "--objective", "gpt", "--layer-norm", "post", "--out", str(tmp_path / "gpt1"),
+                 *common]) == 0
+    assert load_config(str(tmp_path / "gpt1" / "model")).architectures == ["OpenAIGPTLMHeadModel"]
+    assert json.loads((tmp_path / "gpt1" / "run_config.json").read_text())["layer_norm"] == "post"
+    capsys.readouterr()
+    assert main(["pretrain", "--objective", "bert", "--layer-norm", "pre", "--out", str(tmp_path / "bert"),
+                 *common]) == 2
+    assert "--layer-norm is GPT's choice" in capsys.readouterr().err
+    # continuing a checkpoint keeps its order
+    assert main(["pretrain", "--objective", "gpt", "--init", str(tmp_path / "gpt1" / "model"), "--layer-norm", "pre",
+                 "--out", str(tmp_path / "more"), *data]) == 2
+    assert "its layer order is post" in capsys.readouterr().err

@@ -38,18 +38,30 @@ QUESTIONS = [("When was the castle built?", "1280"), ("Who built the castle?", "
              ("What river is below the castle?", "Conwy")]
 
 
+# HF's class prefix for GPT-1's layer order (openai-gpt) and GPT-2's (gpt2)
+ORDERS = {"openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
+
+
 @pytest.fixture(scope="module")
-def gpt_model(tmp_path_factory):
-    """A tiny 'pretrained' GPT-1 with a vocabulary covering every test text."""
-    directory = tmp_path_factory.mktemp("gpt")
+def gpt_models(tmp_path_factory):
+    """Tiny 'pretrained' GPTs, one of each layer order, with a vocabulary covering every test text."""
     texts = (POSITIVE + NEGATIVE + [a + " " + b for a, b, _ in PAIRS] + [c + " " + " ".join(e) for c, e, _ in ITEMS]
              + [s for s, _ in SENTENCES] + [CONTEXT] + [q for q, _ in QUESTIONS])
     tokenizer = Tokenizer.train(texts=texts * 2, vocab_size=200, min_frequency=1)
-    torch.manual_seed(0)
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4,
-                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    save_pretrained(CausalLMPretraining(config), str(directory), tokenizer)
-    return str(directory)
+    models = {}
+    for model_type in ORDERS:
+        directory = tmp_path_factory.mktemp(model_type)
+        torch.manual_seed(0)
+        config = GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, model_type=model_type)
+        save_pretrained(CausalLMPretraining(config), str(directory), tokenizer)
+        models[model_type] = str(directory)
+    return models
+
+
+@pytest.fixture(scope="module")
+def gpt_model(gpt_models):
+    return gpt_models["openai-gpt"]
 
 
 def quick(out, **kw):
@@ -106,7 +118,9 @@ def test_input_transforms_frame_every_input_and_survive_saving(gpt_model, tmp_pa
         assert theirs("a good film", "great cast")["input_ids"] == tokenizer.encode("a good film", "great cast").ids
 
 
-def test_sequence_classifier_overfits_and_matches_transformers_both_ways(gpt_model, tmp_path):
+@pytest.mark.parametrize("model_type", ORDERS)
+def test_sequence_classifier_overfits_and_matches_transformers_both_ways(gpt_models, model_type, tmp_path):
+    gpt_model = gpt_models[model_type]
     rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
     data = write_tsv(tmp_path / "train.tsv", rows, ("sentence", "label"))
     result = finetune(make_task("sst2"), data, data, gpt_model, str(tmp_path / "run"), epochs=20, batch_size=4,
@@ -115,10 +129,11 @@ def test_sequence_classifier_overfits_and_matches_transformers_both_ways(gpt_mod
     model_dir = tmp_path / "run" / "model"
     assert evaluate(str(model_dir), data)["accuracy"] == 1.0
     saved = json.loads((model_dir / "config.json").read_text())
-    assert saved["architectures"] == ["OpenAIGPTForSequenceClassification"]
+    assert saved["architectures"] == [f"{ORDERS[model_type]}ForSequenceClassification"]
     assert saved["vocab_size"] == Tokenizer.from_pretrained(gpt_model).vocab_size + 3  # the transform rows
 
-    theirs, info = transformers.OpenAIGPTForSequenceClassification.from_pretrained(model_dir, output_loading_info=True)
+    hf_class = getattr(transformers, f"{ORDERS[model_type]}ForSequenceClassification")
+    theirs, info = hf_class.from_pretrained(model_dir, output_loading_info=True)
     assert not any(info.values()), info
     ours, task, tokenizer = load_finetuned(str(model_dir))
     examples = task.read(data)
@@ -152,15 +167,18 @@ def test_similarity_reads_both_orders_and_adds_them(gpt_model, tmp_path):
     assert (one_order - other_order).abs().max() > 1e-3  # (200 times the tolerance above)
 
 
-def test_multiple_choice_overfits_and_matches_the_double_heads_model(gpt_model, tmp_path):
+@pytest.mark.parametrize("model_type", ORDERS)
+def test_multiple_choice_overfits_and_matches_the_double_heads_model(gpt_models, model_type, tmp_path):
+    gpt_model = gpt_models[model_type]
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"context": c, "choices": e, "label": y}) + "\n" for c, e, y in ITEMS))
     result = finetune(make_task("multiple-choice"), str(data), str(data), gpt_model, str(tmp_path / "run"),
                       epochs=40, batch_size=4, options=quick(tmp_path / "run", log_every=20), lm_weight=0)
     assert result["best"]["score"] == 1.0
     model_dir = tmp_path / "run" / "model"
-    assert json.loads((model_dir / "config.json").read_text())["architectures"] == ["OpenAIGPTDoubleHeadsModel"]
-    theirs, info = transformers.OpenAIGPTDoubleHeadsModel.from_pretrained(model_dir, output_loading_info=True)
+    double_heads = f"{ORDERS[model_type]}DoubleHeadsModel"
+    assert json.loads((model_dir / "config.json").read_text())["architectures"] == [double_heads]
+    theirs, info = getattr(transformers, double_heads).from_pretrained(model_dir, output_loading_info=True)
     assert not any(info.values()), info
     ours, task, tokenizer = load_finetuned(str(model_dir))
     features, _ = task.featurize(task.read(str(data)), tokenizer)

@@ -96,6 +96,9 @@ def cmd_pretrain(args) -> None:
     positions = args.positions or (None if args.init else chosen.positions)  # --init: the checkpoint's
     dropout = chosen.dropout if args.dropout is None else args.dropout
     schedule = args.schedule or chosen.schedule
+    if args.layer_norm and args.objective != "gpt":
+        raise BertforgeError(f"--layer-norm is GPT's choice: not for --objective {args.objective}")
+    layer_norm = args.layer_norm or (None if args.init else chosen.layer_norm)
     given = [flag for flag, value in (("--mask-prob", args.mask_prob), ("--masking", args.masking),
                                       ("--whole-word", args.whole_word or None), ("--replace-prob", args.replace_prob),
                                       ("--random-prob", args.random_prob)) if value is not None]
@@ -103,8 +106,10 @@ def cmd_pretrain(args) -> None:
         raise BertforgeError(f"GPT-1 predicts every next token and masks nothing: drop {', '.join(given)}")
     if not args.quiet:
         masked = "left-to-right, nothing masked" if args.objective == "gpt" else f"masking {mask_prob:.0%}"
+        order = {"pre": ", GPT-2's layer order", "post": ", GPT-1's layer order"}.get(layer_norm, "") \
+            if args.objective == "gpt" else ""
         print(f"{args.init or args.preset}, objective {args.objective}, recipe {chosen.name}: "
-              f"{positions or 'its own'} positions, peak lr "
+              f"{positions or 'its own'} positions{order}, peak lr "
               f"{lr:g}, warm-up {warmup:g}, {schedule} decay, beta2 {betas[1]:g}, dropout {dropout:g} while "
               f"pretraining, {masked} (each has a flag; all saved in run_config.json)", flush=True)
     options = TrainOptions(
@@ -124,6 +129,7 @@ def cmd_pretrain(args) -> None:
         short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
         cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
         recipe=args.recipe, positions=positions, dropout=dropout, init=args.init, command_line=as_given,
+        layer_norm=layer_norm,
     )
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
@@ -137,7 +143,8 @@ def cmd_pretrain_recurrent(args) -> None:
     bert_only = [flag for flag, value in (
         ("--mask-prob", args.mask_prob), ("--masking", args.masking), ("--whole-word", args.whole_word or None),
         ("--replace-prob", args.replace_prob), ("--random-prob", args.random_prob), ("--positions", args.positions),
-        ("--tokenizer", args.tokenizer), ("--vocab-kind", args.vocab_kind), ("--dropout", args.dropout),
+        ("--layer-norm", args.layer_norm), ("--tokenizer", args.tokenizer), ("--vocab-kind", args.vocab_kind),
+        ("--dropout", args.dropout),
         ("--cased", args.cased or None)) if value is not None]
     if bert_only:
         raise BertforgeError(f"{', '.join(bert_only)}: not for --objective {args.objective} (a word-level LSTM "
@@ -408,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--positions", choices=["rotary", "absolute"],
                      help="rotary: RoFormer (saved as RoFormerForMaskedLM; objectives bert and span; ModernBERT's "
                           "always); absolute: BERT's learned position table (default: the recipe's)")
+    pre.add_argument("--layer-norm", choices=["pre", "post"],
+                     help="gpt: where each block's LayerNorms sit: post (GPT-1's, saved as openai-gpt) or pre "
+                          "(GPT-2's, with one after the last block, saved as gpt2), which trains in minutes where "
+                          "post lingers at the unigram loss (default: the recipe's: pre; bert-2018: post)")
     pre.add_argument("--generator-fraction", type=float, default=0.25,
                      help="ELECTRA: the generator's width as a fraction of the discriminator's")
     pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")

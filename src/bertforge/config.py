@@ -77,10 +77,14 @@ class HFConfig:
         """The config as HF writes it; optional task fields appear only when set."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
+    def hf_dict(self) -> dict:
+        """What `config.json` holds: `to_dict`, unless a family spells a key otherwise in HF."""
+        return self.to_dict()
+
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             # stamped with what wrote it, as transformers stamps `transformers_version`
-            json.dump({**self.to_dict(), "bertforge_version": bertforge_version()}, f, indent=2)
+            json.dump({**self.hf_dict(), "bertforge_version": bertforge_version()}, f, indent=2)
             f.write("\n")
 
 
@@ -390,6 +394,12 @@ class GPTConfig(HFConfig):
     """GPT-1 (Radford et al., 2018), spelled as HF's `OpenAIGPTConfig` (`model_type` "openai-gpt"):
     a left-to-right Transformer decoder with learned positions and BERT's post-LayerNorm block.
 
+    `model_type` "gpt2" is the same decoder with GPT-2's layer order (Radford et al., 2019): the
+    LayerNorm before each sublayer and one after the last block (`pre_norm`), which leaves the
+    unigram plateau of a CPU's few hundred steps sooner than GPT-1's (README: "GPT-1's layer order").
+    It is saved as HF's `GPT2Config`, whose only other difference is a key's name
+    (`activation_function`).
+
     Defaults are GPT-1's: 12 layers of 768, 12 heads, 512 positions, its 40,478-piece vocabulary.
     `summary_*` describe HF's multiple-choice head (`OpenAIGPTDoubleHeadsModel`). The properties at
     the end give the BERT-named values that code shared by every family reads.
@@ -436,7 +446,7 @@ class GPTConfig(HFConfig):
             _check(_is_number(value) and value > 0, name, "a positive number", value)
         _check(self.afn in ("gelu", "relu", "silu", "swish"), "afn", "one of gelu, relu, silu, swish", self.afn)
         _check(self.n_embd % self.n_head == 0, "n_head", f"a divisor of n_embd={self.n_embd}", self.n_head)
-        _check(self.model_type == "openai-gpt", "model_type", "'openai-gpt'", self.model_type)
+        _check(self.model_type in GPT_TYPES, "model_type", "'openai-gpt' or 'gpt2'", self.model_type)
         _check(self.tie_word_embeddings is True, "tie_word_embeddings", "true (the LM head is the embeddings)",
                self.tie_word_embeddings)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
@@ -445,6 +455,14 @@ class GPTConfig(HFConfig):
                    f"an id below vocab_size={self.vocab_size}", value)
         self._check_heads()
 
+    def hf_dict(self) -> dict:
+        values = self.to_dict()
+        if self.pre_norm:  # GPT2Config's spelling; its token ids default to GPT-2's vocabulary's, so always written
+            values["activation_function"] = GPT2_ACTIVATIONS_OURS[values.pop("afn")]
+            values.update({name: getattr(self, name) for name in ("bos_token_id", "eos_token_id", "pad_token_id")})
+        return values
+
+    pre_norm = property(lambda self: self.model_type == "gpt2")
     # BERT's names for the same values, read by code shared by every family.
     hidden_size = property(lambda self: self.n_embd)
     num_hidden_layers = property(lambda self: self.n_layer)
@@ -463,6 +481,30 @@ class GPTConfig(HFConfig):
     type_vocab_size = 1
     num_hidden_groups = None
 
+
+
+GPT_TYPES = ("openai-gpt", "gpt2")
+# GPT2Config's `activation_function` -> our `afn` (OpenAI's names: its "gelu" is the tanh approximation)
+GPT2_ACTIVATIONS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu", "silu": "silu", "swish": "swish"}
+GPT2_ACTIVATIONS_OURS = {"gelu": "gelu_new", "relu": "relu", "silu": "silu", "swish": "swish"}
+
+
+def gpt2_values(data: dict) -> dict:
+    """A GPT2Config's keys as GPTConfig's, refusing the GPT-2 options our decoder does not have."""
+    data = dict(data)
+    act = data.pop("activation_function", "gelu_new")
+    if act not in GPT2_ACTIVATIONS:
+        raise BertforgeError(f"activation_function {act!r} is not supported (one of {', '.join(GPT2_ACTIVATIONS)})")
+    data["afn"] = GPT2_ACTIVATIONS[act]
+    inner = data.pop("n_inner", None)
+    if inner is not None and inner != 4 * data.get("n_embd", 768):
+        raise BertforgeError(f"n_inner {inner} is not supported: the feed-forward width is 4 x n_embd")
+    for name, supported in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                            ("add_cross_attention", False)):
+        if data.pop(name, supported) != supported:
+            raise BertforgeError(f"{name} {not supported} is not supported")
+    data.pop("reorder_and_upcast_attn", None)  # a precision setting: the same model
+    return data
 
 
 def gpt_preset(name: str, **overrides) -> GPTConfig:
@@ -631,18 +673,23 @@ _MODERNBERT_BOOKKEEPING = {"deterministic_flash_attn", "sparse_prediction", "spa
 
 
 # The families whose config is not BertConfig, by model_type.
-FAMILY_CONFIGS = {"modernbert": ModernBertConfig, "openai-gpt": GPTConfig, "awd-lstm": AWDLSTMConfig,
+FAMILY_CONFIGS = {"modernbert": ModernBertConfig, "openai-gpt": GPTConfig, "gpt2": GPTConfig, "awd-lstm": AWDLSTMConfig,
                   "elmo": ELMoConfig}
 
 
 def config_from_dict(data: dict, source: str = "config") -> BertConfig | ModernBertConfig | GPTConfig:
     """The config a `config.json`'s contents describe: `ModernBertConfig` for model_type
-    "modernbert", `GPTConfig` for "openai-gpt", else `BertConfig`. Unknown keys are errors naming
+    "modernbert", `GPTConfig` for "openai-gpt" and "gpt2", else `BertConfig`. Unknown keys are errors naming
     `source`."""
     cls = FAMILY_CONFIGS.get(data.get("model_type")) if isinstance(data, dict) else None
     if cls is None:
         return BertConfig.from_dict(data, source)
     names = {f.name for f in dataclasses.fields(cls)}
+    if data.get("model_type") == "gpt2":
+        try:
+            data = gpt2_values(data)
+        except BertforgeError as e:
+            raise BertforgeError(f"{source}: {e}") from None
     # Older OpenAI GPT configs also hold `n_ctx` (the same as n_positions) and `n_special`,
     # `predict_special_tokens`, which nothing reads.
     ignored = _HF_BOOKKEEPING | _MODERNBERT_BOOKKEEPING | {"classifier_dropout_prob", "predict_special_tokens",

@@ -88,7 +88,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
              resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
              objective: str = "bert", generator_fraction: float = 0.25, vocab_kind: str | None = None,
              recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None,
-             init: str | None = None, command_line: dict | None = None) -> dict:
+             init: str | None = None, command_line: dict | None = None, layer_norm: str | None = None) -> dict:
     """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
     electra, modernbert; or GPT-1's decoder with gpt) on `corpus` (files, folders, globs) and write it under `out`.
 
@@ -135,6 +135,16 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     dropout = chosen.dropout if dropout is None else dropout
     if positions not in ("absolute", "rotary"):
         raise BertforgeError(f"unknown positions {positions!r}; choose absolute or rotary")
+    if init and getattr(start["config"], "model_type", "") in ("openai-gpt", "gpt2"):  # the checkpoint's
+        own = "pre" if start["config"].pre_norm else "post"
+        if layer_norm not in (None, own):
+            raise BertforgeError(f"{init}: its layer order is {own}; drop --layer-norm {layer_norm}")
+        layer_norm = own
+    layer_norm = layer_norm or chosen.layer_norm
+    if layer_norm not in ("pre", "post"):
+        raise BertforgeError(f"unknown layer norm order {layer_norm!r}; choose pre or post")
+    if layer_norm == "pre" and recipe.model_type != "openai-gpt":
+        raise BertforgeError("--layer-norm pre is GPT-2's order, for --objective gpt (ModernBERT's is pre by design)")
     if positions == "rotary" and recipe.model_type == "openai-gpt":
         raise BertforgeError("GPT-1's positions are learned (absolute): drop --positions rotary")
     if positions == "rotary" and recipe.model_type not in ("bert", "modernbert"):
@@ -161,6 +171,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
         "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
         "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
         "recipe": chosen.name, "positions": positions, "pretraining_dropout": dropout,
+        "layer_norm": layer_norm if recipe.model_type == "openai-gpt" else None,
         "init": os.path.abspath(init) if init else None, "terms": list(terms),
     }
     tokenizer_dir = os.path.join(out, "tokenizer")
@@ -200,7 +211,8 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
                                    **(model_overrides or {}))
     elif recipe.model_type == "openai-gpt":  # rows start with [CLS] and documents end with [SEP]
         config = gpt_preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, bos_token_id=tok.cls_id,
-                            eos_token_id=tok.sep_id, **(model_overrides or {}))
+                            eos_token_id=tok.sep_id, model_type="gpt2" if layer_norm == "pre" else "openai-gpt",
+                            **(model_overrides or {}))
     else:
         model_type = "roformer" if positions == "rotary" else recipe.model_type
         overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": model_type,
@@ -235,11 +247,12 @@ def set_dropout(model: torch.nn.Module, p: float) -> None:
 
 # What must not change between a run and its resumption: the data stream and the model depend on all of it.
 RESUME_KEYS = ("objective", "generator_fraction", "corpus", "max_seq_length", "batch_size", "short_seq_prob", "masking",
-               "layout", "text_field", "eval_fraction", "seed", "positions", "pretraining_dropout", "init", "terms")
+               "layout", "text_field", "eval_fraction", "seed", "positions", "pretraining_dropout", "init", "terms",
+               "layer_norm")
 
 # The objective that continues a checkpoint of each family (RoFormer: BERT's, with rotary positions).
 FAMILY_OBJECTIVE = {"bert": "bert", "roformer": "bert", "roberta": "roberta", "albert": "albert",
-                    "electra": "electra", "modernbert": "modernbert", "openai-gpt": "gpt"}
+                    "electra": "electra", "modernbert": "modernbert", "openai-gpt": "gpt", "gpt2": "gpt"}
 
 
 def continued(init: str, objective: str, tokenizer: str | None, positions: str | None) -> tuple[dict, tuple]:

@@ -8,6 +8,7 @@ for old `pytorch_model.bin` files, `torch.load(weights_only=True)`): loading nev
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import warnings
@@ -15,7 +16,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..config import BertConfig, GPTConfig, ModernBertConfig, load_config
+from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig, load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.bert import rotary_tables
@@ -26,9 +27,9 @@ from . import native
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
 # prefix (`bert.`, `albert.`, ...) and their heads beside it.
 FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra", "roformer": "RoFormer",
-                "modernbert": "ModernBert", "openai-gpt": "OpenAIGPT"}
+                "modernbert": "ModernBert", "openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
 # The attribute holding the encoder in HF's task classes: the model_type, except in these.
-ENCODER_PREFIX = {"modernbert": "model", "openai-gpt": "transformer"}
+ENCODER_PREFIX = {"modernbert": "model", "openai-gpt": "transformer", "gpt2": "transformer"}
 
 EMBEDDING_KEYS = [
     ("embeddings.word.weight", "embeddings.word_embeddings.weight"),
@@ -98,7 +99,9 @@ ROTARY_TABLE = "encoder.embed_positions.weight"
 # which our [CLS] pooler and scorer are not: such a model is its encoder, our heads beside it.
 NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM", "OpenAIGPTForMultipleChoice": "OpenAIGPTDoubleHeadsModel",
                  "OpenAIGPTForTokenClassification": "OpenAIGPTModel", "OpenAIGPTForQuestionAnswering": "OpenAIGPTModel",
-                 "RoFormerForMultipleChoice": "RoFormerModel"}
+                 "RoFormerForMultipleChoice": "RoFormerModel", "GPT2ForMultipleChoice": "GPT2DoubleHeadsModel",
+                 # HF's GPT-2 tagger and span extractor exist, but as heads unlike ours: the same as GPT-1's
+                 "GPT2ForTokenClassification": "GPT2Model", "GPT2ForQuestionAnswering": "GPT2Model"}
 
 # ModernBERT and GPT-1: our names -> HF's, by prefix (their fused QKV projections are ours as they
 # are). Which biases exist depends on the config, so the pairs are made from the model's own
@@ -126,6 +129,10 @@ RENAMES["openai-gpt"] = [
     ("layers.{}.ffn_out.", "h.{}.mlp.c_proj."),
     ("layers.{}.ffn_norm.", "h.{}.ln_2."),
 ]
+# GPT-2's order: the same modules (ln_1 now before attention, ln_2 before the FFN), another name for
+# the embeddings, and the LayerNorm after the last block.
+RENAMES["gpt2"] = [("embeddings.word.", "wte."), ("embeddings.position.", "wpe."),
+                   *RENAMES["openai-gpt"][2:], ("final_norm.", "ln_f.")]
 # Exception: GPT-1's linear layers are OpenAI's `Conv1D`, whose weight is stored (in, out), the
 # transpose of `nn.Linear`'s.
 CONV1D_WEIGHTS = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
@@ -141,7 +148,7 @@ CRF_KEYS = [(name, f"bertforge_crf.{name}") for name in ("transitions", "start",
 
 def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[str, str]]]:
     """(ours, HF) names of every head a model of this family and HF class may have."""
-    if model_type == "openai-gpt":  # the LM head is the token embeddings
+    if model_type in GPT_TYPES:  # the LM head is the token embeddings
         if architecture.endswith("ForSequenceClassification"):
             return {"classifier": [("dense.weight", "score.weight")]}  # no bias
         if architecture.endswith("ForMultipleChoice"):
@@ -213,7 +220,8 @@ DERIVED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
                  "generator_lm_head.weight", "decoder.weight", "lm_head.weight")
 # The word-embedding matrix, by family (BERT's name for every family not listed).
-WORD_EMBEDDINGS = {"modernbert": "embeddings.tok_embeddings.weight", "openai-gpt": "tokens_embed.weight"}
+WORD_EMBEDDINGS = {"modernbert": "embeddings.tok_embeddings.weight", "openai-gpt": "tokens_embed.weight",
+                   "gpt2": "wte.weight"}
 BERT_WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
@@ -549,7 +557,7 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig | Moder
         body, architecture = model.bert, model.architecture
         prefix = ENCODER_PREFIX.get(body.config.model_type, body.config.model_type) + "."
     model_type = body.config.model_type
-    config = type(body.config)(**{**body.config.to_dict(), "architectures": [hf_class(model_type, architecture)]})
+    config = dataclasses.replace(body.config, architectures=[hf_class(model_type, architecture)])
     tensors = {(k if k.startswith(("bertforge_", "head.")) else prefix + k): v  # heads: not under HF's prefix
                for k, v in encoder_to_hf(body.state_dict(), config, architecture).items()}
     if model_type == "roformer":

@@ -7,6 +7,11 @@ language model of it: each position attends only to itself and the positions bef
 segment table, HF's `OpenAIGPTModel` embeds token types through the token embeddings; we do the same
 when they are given.
 
+GPT-2's layer order (`config.pre_norm`, HF's "gpt2"): x = x + Attn(LN(x)); x = x + FFN(LN(x)), and
+a LayerNorm after the last block. The residual stream then carries each token's embedding untouched
+to the top, where in GPT-1's order each block's output is renormalised: measured here, GPT-1's order
+stays on the unigram plateau about twice as many steps (or all of a small run's), GPT-2's leaves it sooner.
+
 For generation the attention keeps each layer's keys and values (`Cache`), so that a new token
 costs one position, not the whole prefix.
 
@@ -73,10 +78,11 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """BERT's post-LayerNorm layer with causal attention (OpenAI's `Block`)."""
+    """BERT's post-LayerNorm layer with causal attention (OpenAI's `Block`), or GPT-2's pre-LayerNorm one."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
+        self.pre_norm = config.pre_norm
         self.attention = CausalSelfAttention(config)
         self.attention_norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.ffn_in = nn.Linear(config.n_embd, 4 * config.n_embd)
@@ -86,6 +92,9 @@ class Block(nn.Module):
         self.dropout = Dropout(config.resid_pdrop)
 
     def forward(self, x, mask, layer, cache):
+        if self.pre_norm:  # GPT-2
+            x = x + self.dropout(self.attention(self.attention_norm(x), mask, layer, cache))
+            return x + self.dropout(self.ffn_out(self.act(self.ffn_in(self.ffn_norm(x)))))
         x = self.attention_norm(x + self.dropout(self.attention(x, mask, layer, cache)))  # (B, T, H)
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
 
@@ -101,8 +110,13 @@ class GPT(nn.Module):
         self.config = config
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.final_norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon) if config.pre_norm else None
         self.pooler = None
         self.apply(lambda m: init_weights(m, config.initializer_range))
+        if config.pre_norm:  # GPT-2: each residual branch's last projection scaled by 1/sqrt(2 x layers)
+            for layer in self.layers:
+                for projection in (layer.attention.out, layer.ffn_out):
+                    nn.init.normal_(projection.weight, std=config.initializer_range / (2 * config.n_layer) ** 0.5)
 
     def forward(
         self,
@@ -140,6 +154,10 @@ class GPT(nn.Module):
             x = layer(x, mask, i, cache)
             if states is not None:
                 states.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if states is not None:  # HF's last hidden state is after it, as its last output
+                states[-1] = x
         last = (attention_mask[:, past:].sum(-1) - 1).clamp(min=0) if attention_mask is not None \
             else torch.full((B,), T - 1, device=x.device)
         pooled = x[torch.arange(B, device=x.device), last]  # (B, H)

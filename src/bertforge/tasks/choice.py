@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import BertConfig
+from ..config import BertConfig, GPTConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead
 from ..metrics import accuracy
@@ -115,7 +115,7 @@ class MultipleChoiceTask:
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-        if config.model_type == "openai-gpt":  # HF's multiple-choice head projects to num_labels: one score
+        if isinstance(config, GPTConfig):  # HF's multiple-choice head projects to num_labels: one score
             extra["id2label"] = {0: "LABEL_0"}
         return finetuned_config(config, self, drop=("id2label", "problem_type"), **extra)
 

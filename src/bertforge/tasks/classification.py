@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import BertConfig
+from ..config import BertConfig, GPTConfig
 from ..errors import BertforgeError
 from ..heads import ClassifierHead, concat_pool
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
@@ -219,7 +219,7 @@ class SequenceClassifier(nn.Module):
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.regression = config.problem_type == "regression"
         self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout,
-                                         bias=config.model_type != "openai-gpt")
+                                         bias=not isinstance(config, GPTConfig))
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
         self.mix = None
         if (config.bertforge_task or {}).get("features") == "scalar-mix":
