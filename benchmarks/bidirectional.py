@@ -185,6 +185,8 @@ def summary(results: dict, tasks: list[str]) -> str:
                 speed, steps = f"{pre['tokens_per_s']:,}", str(pre["steps"])
                 held = pre["held_out"]
                 loss = f"{term.upper()} {held[f'{term}_loss']:.2f} ({100 * held[f'{term}_accuracy']:.1f}%)"
+            if speed == "-" and not any(c != "-" for c in cells):
+                continue  # not run
             lines.append(f"| {LABELS[name]} | {start} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
