@@ -177,3 +177,7 @@ def models(tmp_path_factory):
                  batch_size=1, options=options)
         out[task] = str(run / "model")
     return out
+
+
+# HF's class-name prefix for GPT in GPT-1's layer order (model_type openai-gpt) and GPT-2's (gpt2)
+GPT_ORDERS = {"openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import random_batch, randomise, write_corpus
+from conftest import GPT_ORDERS, random_batch, randomise, write_corpus
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
@@ -29,11 +29,9 @@ def all_logits(model, batch):
     return hidden, model.lm_logits(hidden.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
 
 
-# GPT-1's layer order as `transformers`' openai-gpt, and GPT-2's as its gpt2
-ORDERS = {"openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
 
 
-@pytest.mark.parametrize("model_type", ORDERS)
+@pytest.mark.parametrize("model_type", GPT_ORDERS)
 def test_lm_matches_transformers_both_ways(tmp_path, model_type):
     torch.manual_seed(0)
     config = GPTConfig(**SMALL, model_type=model_type)
@@ -41,8 +39,8 @@ def test_lm_matches_transformers_both_ways(tmp_path, model_type):
     randomise(ours)
     save_pretrained(ours, str(tmp_path))
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["architectures"] == [f"{ORDERS[model_type]}LMHeadModel"] and saved["model_type"] == model_type
-    hf_class = getattr(transformers, f"{ORDERS[model_type]}LMHeadModel")
+    assert saved["architectures"] == [f"{GPT_ORDERS[model_type]}LMHeadModel"] and saved["model_type"] == model_type
+    hf_class = getattr(transformers, f"{GPT_ORDERS[model_type]}LMHeadModel")
     theirs, info = hf_class.from_pretrained(tmp_path, output_loading_info=True)
     assert not any(info.values()), info
     batch = random_batch(config.vocab_size)  # right padding: real positions never see it
@@ -81,14 +79,14 @@ def test_gpt2_options_the_decoder_lacks_are_refused(tmp_path):
     assert load_config(str(tmp_path)).pre_norm
 
 
-@pytest.mark.parametrize("model_type", ORDERS)
+@pytest.mark.parametrize("model_type", GPT_ORDERS)
 def test_token_types_are_embedded_as_tokens_as_in_transformers(model_type):
     torch.manual_seed(0)
     config = GPTConfig(**SMALL, model_type=model_type)
     ours = CausalLMPretraining(config).eval()
     randomise(ours)
-    hf_config = getattr(transformers, f"{ORDERS[model_type]}Config")(**config.hf_dict())
-    theirs = getattr(transformers, f"{ORDERS[model_type]}Model")(hf_config).eval()
+    hf_config = getattr(transformers, f"{GPT_ORDERS[model_type]}Config")(**config.hf_dict())
+    theirs = getattr(transformers, f"{GPT_ORDERS[model_type]}Model")(hf_config).eval()
     theirs.load_state_dict({k.removeprefix("transformer."): v for k, v in to_hf(ours)[0].items()})
     ids, types = torch.randint(5, 99, (2, 10)), torch.randint(5, 99, (2, 10))
     with torch.no_grad():
@@ -96,7 +94,7 @@ def test_token_types_are_embedded_as_tokens_as_in_transformers(model_type):
                 ).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("model_type", ORDERS)
+@pytest.mark.parametrize("model_type", GPT_ORDERS)
 def test_earlier_positions_never_see_later_tokens(model_type):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**SMALL, model_type=model_type)).eval()
@@ -108,7 +106,7 @@ def test_earlier_positions_never_see_later_tokens(model_type):
     assert torch.equal(a[0, :8], b[0, :8]) and not torch.allclose(a[0, 8:], b[0, 8:])
 
 
-@pytest.mark.parametrize("model_type", ORDERS)
+@pytest.mark.parametrize("model_type", GPT_ORDERS)
 def test_the_cache_gives_what_the_whole_sequence_gives(model_type):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**SMALL, model_type=model_type)).eval()

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import GPT_ORDERS
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
@@ -38,8 +39,6 @@ QUESTIONS = [("When was the castle built?", "1280"), ("Who built the castle?", "
              ("What river is below the castle?", "Conwy")]
 
 
-# HF's class prefix for GPT-1's layer order (openai-gpt) and GPT-2's (gpt2)
-ORDERS = {"openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +48,7 @@ def gpt_models(tmp_path_factory):
              + [s for s, _ in SENTENCES] + [CONTEXT] + [q for q, _ in QUESTIONS])
     tokenizer = Tokenizer.train(texts=texts * 2, vocab_size=200, min_frequency=1)
     models = {}
-    for model_type in ORDERS:
+    for model_type in GPT_ORDERS:
         directory = tmp_path_factory.mktemp(model_type)
         torch.manual_seed(0)
         config = GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=128, n_embd=32, n_layer=2, n_head=4,
@@ -118,7 +117,7 @@ def test_input_transforms_frame_every_input_and_survive_saving(gpt_model, tmp_pa
         assert theirs("a good film", "great cast")["input_ids"] == tokenizer.encode("a good film", "great cast").ids
 
 
-@pytest.mark.parametrize("model_type", ORDERS)
+@pytest.mark.parametrize("model_type", GPT_ORDERS)
 def test_sequence_classifier_overfits_and_matches_transformers_both_ways(gpt_models, model_type, tmp_path):
     gpt_model = gpt_models[model_type]
     rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
@@ -129,10 +128,10 @@ def test_sequence_classifier_overfits_and_matches_transformers_both_ways(gpt_mod
     model_dir = tmp_path / "run" / "model"
     assert evaluate(str(model_dir), data)["accuracy"] == 1.0
     saved = json.loads((model_dir / "config.json").read_text())
-    assert saved["architectures"] == [f"{ORDERS[model_type]}ForSequenceClassification"]
+    assert saved["architectures"] == [f"{GPT_ORDERS[model_type]}ForSequenceClassification"]
     assert saved["vocab_size"] == Tokenizer.from_pretrained(gpt_model).vocab_size + 3  # the transform rows
 
-    hf_class = getattr(transformers, f"{ORDERS[model_type]}ForSequenceClassification")
+    hf_class = getattr(transformers, f"{GPT_ORDERS[model_type]}ForSequenceClassification")
     theirs, info = hf_class.from_pretrained(model_dir, output_loading_info=True)
     assert not any(info.values()), info
     ours, task, tokenizer = load_finetuned(str(model_dir))
@@ -167,7 +166,7 @@ def test_similarity_reads_both_orders_and_adds_them(gpt_model, tmp_path):
     assert (one_order - other_order).abs().max() > 1e-3  # (200 times the tolerance above)
 
 
-@pytest.mark.parametrize("model_type", ORDERS)
+@pytest.mark.parametrize("model_type", GPT_ORDERS)
 def test_multiple_choice_overfits_and_matches_the_double_heads_model(gpt_models, model_type, tmp_path):
     gpt_model = gpt_models[model_type]
     data = tmp_path / "train.jsonl"
@@ -176,7 +175,7 @@ def test_multiple_choice_overfits_and_matches_the_double_heads_model(gpt_models,
                       epochs=40, batch_size=4, options=quick(tmp_path / "run", log_every=20), lm_weight=0)
     assert result["best"]["score"] == 1.0
     model_dir = tmp_path / "run" / "model"
-    double_heads = f"{ORDERS[model_type]}DoubleHeadsModel"
+    double_heads = f"{GPT_ORDERS[model_type]}DoubleHeadsModel"
     assert json.loads((model_dir / "config.json").read_text())["architectures"] == [double_heads]
     theirs, info = getattr(transformers, double_heads).from_pretrained(model_dir, output_loading_info=True)
     assert not any(info.values()), info

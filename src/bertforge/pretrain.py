@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from .checks import check
-from .config import gpt_preset, modernbert_preset
+from .config import GPTConfig, gpt_preset, modernbert_preset
 from .config import preset as size_preset
 from .data.batches import MaskingOptions, PretrainingData
 from .data.corpus import corpus_sentences, find_files
@@ -135,7 +135,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     dropout = chosen.dropout if dropout is None else dropout
     if positions not in ("absolute", "rotary"):
         raise BertforgeError(f"unknown positions {positions!r}; choose absolute or rotary")
-    if init and getattr(start["config"], "model_type", "") in ("openai-gpt", "gpt2"):  # the checkpoint's
+    if init and isinstance(start["config"], GPTConfig):  # the checkpoint's order
         own = "pre" if start["config"].pre_norm else "post"
         if layer_norm not in (None, own):
             raise BertforgeError(f"{init}: its layer order is {own}; drop --layer-norm {layer_norm}")
