@@ -215,3 +215,44 @@ def test_layer_order_is_the_recipes_or_chosen_and_saved_as_its_hf_type(tmp_path,
     assert main(["pretrain", "--objective", "gpt", "--init", str(tmp_path / "gpt1" / "model"), "--layer-norm", "pre",
                  "--out", str(tmp_path / "more"), *data]) == 2
     assert "its layer order is post" in capsys.readouterr().err
+
+
+def test_resume_equals_uninterrupted_and_keeps_the_runs_layer_order(tmp_path):
+    """A GPT run cut after its step-4 checkpoint resumes to the same weights and records. The run
+    is made as an older version made it (GPT-1's order, no layer_norm recorded): resuming without
+    --layer-norm keeps GPT-1's order rather than taking the recipe's."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    write_corpus(tmp_path / "corpus")
+    Tokenizer.train(files=[str(tmp_path / "corpus" / "one.txt")], vocab_size=100, kind="bpe").save_pretrained(
+        str(tmp_path / "tok"))
+
+    def run(out, *extra):
+        assert main(["pretrain", "--objective", "gpt", "--corpus", str(tmp_path / "corpus"), "--out", str(out),
+                     "--preset", "bert-tiny", "--tokenizer", str(tmp_path / "tok"), "--batch-size", "4",
+                     "--max-seq-length", "32", "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "8",
+                     "--log-every", "2", "--eval-every", "4", "--save-every", "4", "--lr", "1e-3", *extra]) == 0
+
+    run(tmp_path / "straight", "--layer-norm", "post")
+    split = tmp_path / "split"
+    run(split, "--layer-norm", "post")
+    shutil.rmtree(split / "model")
+    shutil.rmtree(split / "checkpoints" / "step-0000008")
+    lines = (split / "metrics.jsonl").read_text().splitlines()
+    (split / "metrics.jsonl").write_text("\n".join(line for line in lines if json.loads(line)["step"] <= 4) + "\n")
+    saved = json.loads((split / "run_config.json").read_text())
+    old = {k: v for k, v in saved.items() if k != "layer_norm"}
+    old["args"] = {k: v for k, v in saved["args"].items() if k != "layer_norm"}
+    (split / "run_config.json").write_text(json.dumps(old))
+    run(split, "--resume")
+    assert load_config(str(split / "model")).architectures == ["OpenAIGPTLMHeadModel"]
+    a, b = load_file(str(tmp_path / "straight" / "model" / "model.safetensors")), \
+        load_file(str(split / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    def records(run_dir):
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "elapsed_s")} for r in read_metrics(run_dir)]
+
+    assert records(str(tmp_path / "straight")) == records(str(split))

@@ -98,7 +98,7 @@ def cmd_pretrain(args) -> None:
     schedule = args.schedule or chosen.schedule
     if args.layer_norm and args.objective != "gpt":
         raise BertforgeError(f"--layer-norm is GPT's choice: not for --objective {args.objective}")
-    layer_norm = args.layer_norm or (None if args.init else chosen.layer_norm)
+    layer_norm = args.layer_norm or (None if args.init or args.resume else chosen.layer_norm)  # or the run's own
     given = [flag for flag, value in (("--mask-prob", args.mask_prob), ("--masking", args.masking),
                                       ("--whole-word", args.whole_word or None), ("--replace-prob", args.replace_prob),
                                       ("--random-prob", args.random_prob)) if value is not None]

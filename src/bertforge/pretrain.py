@@ -140,6 +140,9 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
         if layer_norm not in (None, own):
             raise BertforgeError(f"{init}: its layer order is {own}; drop --layer-norm {layer_norm}")
         layer_norm = own
+    if resume and layer_norm is None and recipe.model_type == "openai-gpt":
+        # the run's own order; a run saved before the order was a choice had GPT-1's
+        layer_norm = _saved_run_config(out).get("layer_norm", "post")
     layer_norm = layer_norm or chosen.layer_norm
     if layer_norm not in ("pre", "post"):
         raise BertforgeError(f"unknown layer norm order {layer_norm!r}; choose pre or post")
@@ -277,19 +280,24 @@ def continued(init: str, objective: str, tokenizer: str | None, positions: str |
     return {"config": config, "positions": own}, terms
 
 
-def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Tokenizer:
-    """The tokenizer saved with the latest checkpoint, after checking the run's data settings."""
+def _saved_run_config(out: str) -> dict:
+    """The run_config.json of the run in `out` that is being resumed (which must have a checkpoint)."""
     if not os.path.isdir(out):
         raise BertforgeError(f"{out}: no such directory to resume from")
-    latest = latest_checkpoint(out)
-    if latest is None:
+    if latest_checkpoint(out) is None:
         raise BertforgeError(f"{out}: no checkpoint to resume from")
     saved_path = os.path.join(out, "run_config.json")
     try:
         with open(saved_path, encoding="utf-8") as f:
-            saved = json.load(f)
+            return json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise BertforgeError(f"{saved_path}: cannot be read ({e})") from None
+
+
+def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Tokenizer:
+    """The tokenizer saved with the latest checkpoint, after checking the run's data settings."""
+    saved = _saved_run_config(out)
+    latest = latest_checkpoint(out)
     # A key a run did not record (made by an older version) had the value of the old default.
     changed = [f"{k} ({saved.get(k)!r} then, {run_config[k]!r} now)" for k in RESUME_KEYS
                if k in saved and saved[k] != run_config[k]]
