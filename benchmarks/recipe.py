@@ -19,7 +19,8 @@ import shutil
 from bertforge.data.batches import MaskingOptions
 from bertforge.demo import prepare_corpus
 from bertforge.pretrain import pretrain
-from bertforge.training.trainer import TrainOptions, read_metrics
+from bertforge.training.run_log import read_metrics
+from bertforge.training.trainer import TrainOptions
 
 # name: settings changed from the base (2018 BERT's recipe on a small model: what users got before)
 BASE = {"positions": "absolute", "lr": 1e-4, "warmup": 0.01, "dropout": None, "betas": (0.9, 0.999),

@@ -8,7 +8,7 @@ from conftest import write_corpus
 
 from bertforge import Tokenizer
 from bertforge.cli import main
-from bertforge.training.trainer import read_metrics
+from bertforge.training.run_log import read_metrics
 
 transformers = pytest.importorskip("transformers")
 

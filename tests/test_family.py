@@ -20,7 +20,7 @@ from bertforge.models.bert import Bert
 from bertforge.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
 from bertforge.pretrain import OBJECTIVES
 from bertforge.tasks.classification import SequenceClassifier
-from bertforge.training.trainer import read_metrics
+from bertforge.training.run_log import read_metrics
 
 transformers = pytest.importorskip("transformers")
 

@@ -97,7 +97,8 @@ def test_word_by_word_is_refused_for_pipelines_that_see_across_spaces():
 
 def test_a_bf16_run_tracks_the_fp32_run(tmp_path):
     from bertforge.pretrain import pretrain
-    from bertforge.training.trainer import TrainOptions, read_metrics
+    from bertforge.training.run_log import read_metrics
+    from bertforge.training.trainer import TrainOptions
 
     if not getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)():
         pytest.skip("no bf16 support on this CPU")

@@ -32,7 +32,8 @@ from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
 from bertforge.tasks.common import read_records
 from bertforge.tasks.tagging import TaggingTask
-from bertforge.training.trainer import latest_checkpoint, read_metrics
+from bertforge.training.checkpoints import latest_checkpoint
+from bertforge.training.run_log import read_metrics
 
 DEEP = os.environ.get("BERTFORGE_DEEP_FAULTS") == "1"
 MUTATIONS = 80 if DEEP else 8

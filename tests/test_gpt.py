@@ -15,7 +15,7 @@ from bertforge.formats.hf import to_hf
 from bertforge.generate import Generator, check_options, filtered
 from bertforge.models.gpt import GPT, Cache
 from bertforge.objectives import CausalLMPretraining
-from bertforge.training.trainer import read_metrics
+from bertforge.training.run_log import read_metrics
 
 transformers = pytest.importorskip("transformers")
 

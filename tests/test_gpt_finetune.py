@@ -19,7 +19,8 @@ from bertforge.objectives import CausalLMPretraining
 from bertforge.tasks import make_task
 from bertforge.tasks.choice import ChoiceScorer
 from bertforge.tasks.classification import SequenceClassifier
-from bertforge.training.trainer import TrainOptions, read_metrics
+from bertforge.training.run_log import read_metrics
+from bertforge.training.trainer import TrainOptions
 
 transformers = pytest.importorskip("transformers")
 

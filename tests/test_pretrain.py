@@ -16,7 +16,8 @@ from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretraine
 from bertforge.cli import main
 from bertforge.objectives import BertPretraining
 from bertforge.pretrain import pretrain
-from bertforge.training.trainer import TrainingStopped, TrainOptions, read_metrics
+from bertforge.training.run_log import read_metrics
+from bertforge.training.trainer import TrainingStopped, TrainOptions
 
 transformers = pytest.importorskip("transformers")
 
@@ -204,7 +205,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_
 
 
 def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
-    import bertforge.training.trainer as trainer_module
+    import bertforge.training.checkpoints as checkpoints_module
 
     write_corpus(tmp_path / "corpus")
     real_save, calls = torch.save, {"n": 0}
@@ -215,7 +216,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch)
             raise OSError(28, "No space left on device")
         real_save(obj, path)
 
-    monkeypatch.setattr(trainer_module.torch, "save", disk_full)
+    monkeypatch.setattr(checkpoints_module.torch, "save", disk_full)
     out = tmp_path / "run"
     with pytest.raises(BertforgeError, match=r"step-0000004: could not be written \(No space left on device\)"):
         pretrain(str(tmp_path / "corpus"), str(out), preset="bert-tiny", vocab_size=100, max_seq_length=32,

@@ -11,7 +11,7 @@ from conftest import write_corpus
 from safetensors.torch import load_file
 
 from bertforge.cli import main
-from bertforge.training.trainer import read_metrics
+from bertforge.training.run_log import read_metrics
 
 TIMING = ("tokens_per_s", "elapsed_s")  # the only fields of a record that the clock decides
 

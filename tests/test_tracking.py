@@ -16,8 +16,9 @@ from bertforge.cli import main
 from bertforge.objectives import BertPretraining
 from bertforge.pretrain import pretrain
 from bertforge.training import trainer
+from bertforge.training.run_log import read_metrics
 from bertforge.training.tracking import flatten
-from bertforge.training.trainer import TrainingStopped, TrainOptions, read_metrics
+from bertforge.training.trainer import TrainingStopped, TrainOptions
 
 
 def pretrain_argv(tmp_path, out, *extra):

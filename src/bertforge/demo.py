@@ -16,7 +16,7 @@ from .errors import BertforgeError
 from .evaluate_lm import evaluate_lm, report
 from .fill_mask import FillMask
 from .training.atomic import atomic_file
-from .training.trainer import read_metrics
+from .training.run_log import read_metrics
 
 # Scored as unseen text; two of the prompts below quote it.
 HELD_OUT = "hamlet.txt"

@@ -3,3 +3,7 @@
 
 class BertforgeError(Exception):
     """A problem with the user's input (files, config, arguments), explained in the message."""
+
+
+class TrainingStopped(BertforgeError):
+    """The loss, gradients or weights became non-finite; the last good checkpoint is kept."""

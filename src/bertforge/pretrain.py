@@ -24,7 +24,8 @@ from .pretrain_recurrent import RECURRENT_OBJECTIVES
 from .recipe import default_preset, pretraining_recipe, vocabulary_size
 from .tokenizer import KINDS, Tokenizer
 from .training.atomic import atomic_directory
-from .training.trainer import TrainOptions, distributed_setup, latest_checkpoint, train
+from .training.checkpoints import latest_checkpoint
+from .training.trainer import TrainOptions, distributed_setup, train
 
 
 @dataclass(frozen=True)

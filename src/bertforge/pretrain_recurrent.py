@@ -28,7 +28,8 @@ from .data.words import BOS_WORD, EOS_WORD, WordVocab, word_characters
 from .errors import BertforgeError
 from .formats import native
 from .objectives import BiLMPretraining, RecurrentLMPretraining
-from .training.trainer import TrainOptions, distributed_setup, latest_checkpoint, train
+from .training.checkpoints import latest_checkpoint
+from .training.trainer import TrainOptions, distributed_setup, train
 
 RECURRENT_OBJECTIVES = ("awd-lstm", "elmo")
 # AWD-LSTM trains through a sampled softmax of this many words by default when its vocabulary is

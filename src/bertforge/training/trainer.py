@@ -12,8 +12,6 @@ import contextlib
 import datetime
 import json
 import os
-import re
-import shutil
 import signal
 import sys
 import threading
@@ -25,21 +23,19 @@ import torch.distributed as dist
 
 from ..card import write_card
 from ..checks import check
-from ..config import bertforge_version
 from ..data.batches import Position
-from ..errors import BertforgeError
-from ..formats.hf import check_vocab_fits, load_parts, read_config, write_parts
+from ..errors import BertforgeError, TrainingStopped
+from ..formats.hf import check_vocab_fits
 from ..metrics import format_scores
 from ..progress import progress
 from .allocator import reuse_freed_memory
-from .atomic import atomic_directory, atomic_file, remove_leftovers
+from .atomic import atomic_file, remove_leftovers
+from .checkpoints import latest_checkpoint, remove_incomplete, restore_checkpoint, save_checkpoint, write_model
 from .device import autocast as precision_autocast
 from .device import choose_precision
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
+from .run_log import append_record, plot_metrics, truncate_metrics, versions
 from .tracking import check_reporters, open_reporters
-
-STATE_FILE = "trainer_state.pt"
-CHECKPOINT = re.compile(r"^step-(\d+)$")
 
 
 @dataclass
@@ -86,10 +82,6 @@ class TrainOptions:
         self.report_to = check_reporters(self.report_to)  # a missing package is named before any work starts
 
 
-class TrainingStopped(BertforgeError):
-    """The loss, gradients or weights became non-finite; the last good checkpoint is kept."""
-
-
 def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, run_config: dict | None = None,
           resume: bool = False, evaluator=None) -> dict:
     """Train `model` (an objective) on `data`. Returns a summary dict.
@@ -131,8 +123,8 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     checkpoints = os.path.join(o.out, "checkpoints")
     if resume:
-        step, position, elapsed, total_steps, window, saved_best = _restore(model, optimizer, checkpoints, device,
-                                                                            scaler)
+        step, position, elapsed, total_steps, window, saved_best = restore_checkpoint(model, optimizer, checkpoints,
+                                                                                      device, scaler)
         best.update(saved_best or {})
         if o.select and best["score"] is not None and abs(best["score"]) > 1:
             best["score"] /= 100  # checkpointed when task scores were kept in percent; they are fractions now
@@ -143,7 +135,7 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
     elif latest_checkpoint(o.out):
         raise BertforgeError(f"{o.out} already holds checkpoints: pass --resume to continue, or choose another --out")
     if rank == 0:
-        _remove_leftovers(checkpoints)
+        remove_incomplete(checkpoints)
         remove_leftovers(os.path.join(o.out, "model"))
     autocast = precision_autocast(precision, device)
     _log(rank == 0 and o.progress, header(model, run_config or {}, o, device, precision, world))
@@ -158,12 +150,12 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
         written = {**(run_config or {}), "training": asdict(o), "world_size": world, "versions": versions()}
         with atomic_file(os.path.join(o.out, "run_config.json")) as f:
             json.dump(written, f, indent=2)
-        _truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
+        truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
         reporter = cleanup.enter_context(open_reporters(o.report_to, o.out, written, step if resume else None))
 
     def write(record: dict) -> None:
         """A record to metrics.jsonl and to the trackers (rank 0 only)."""
-        _append(rank, o.out, record)
+        append_record(rank, o.out, record)
         if reporter is not None:
             reporter.report(record)
     batches = data.batches(position)
@@ -206,7 +198,7 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
             return False
         best.update(score=metrics[o.select], step=at_step, stale=0, metrics=metrics)
         if rank == 0:
-            _write_model(model, tokenizer, os.path.join(o.out, "model"), at_step)
+            write_model(model, tokenizer, os.path.join(o.out, "model"), at_step)
         return True
 
     stop = _StopFlag()
@@ -305,8 +297,8 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
                 if o.patience and not improved and best["stale"] >= o.patience:
                     status = f"stopped early: no better {o.select} in {o.patience} evaluations"
             if o.save_every and step % o.save_every == 0 or status.startswith("stopped"):
-                _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-                      total_steps, o.keep, (sums, window_tokens), best, scaler)
+                save_checkpoint(rank, model, optimizer, tokenizer, checkpoints, step, position,
+                                time.perf_counter() - start, total_steps, o.keep, (sums, window_tokens), best, scaler)
                 last_saved = step
             if status.startswith("stopped"):
                 break
@@ -319,11 +311,11 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
         judge(run_eval(), step)
     result["eval"] = last_eval.get("metrics")
     if step != last_saved:
-        _save(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-              total_steps, o.keep, (sums, window_tokens), best, scaler)
+        save_checkpoint(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
+                        total_steps, o.keep, (sums, window_tokens), best, scaler)
     if status != "interrupted" and rank == 0:
         if not o.select:
-            _write_model(model, tokenizer, os.path.join(o.out, "model"), step)
+            write_model(model, tokenizer, os.path.join(o.out, "model"), step)
         if os.path.isdir(os.path.join(o.out, "model")):
             with open(os.path.join(o.out, "run_config.json"), encoding="utf-8") as f:
                 saved = json.load(f)
@@ -551,199 +543,6 @@ class _StopFlag:
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
-
-
-# ---- checkpoints -------------------------------------------------------------------------------
-
-
-def latest_checkpoint(out: str) -> str | None:
-    """The newest complete checkpoint of the run in `out`, or None."""
-    found = _list_checkpoints(os.path.join(out, "checkpoints"))
-    return found[-1] if found else None
-
-
-def _remove_leftovers(directory: str) -> None:
-    """What a kill can leave in the checkpoints folder: temporary directories of interrupted writes,
-    and checkpoints half-removed while pruning (they lack the trainer state, which every complete
-    checkpoint has, since it is written inside the atomic directory)."""
-    if os.path.isdir(directory):
-        for name in os.listdir(directory):
-            full = os.path.join(directory, name)
-            if ".tmp-" in name or ".old-" in name or ".pruned" in name or (
-                    CHECKPOINT.match(name) and not os.path.exists(os.path.join(full, STATE_FILE))):
-                shutil.rmtree(full, ignore_errors=True)
-
-
-def _check_finite(model, step: int, out: str) -> None:
-    """Refuse to save weights that are not all finite (a learning rate so large that one update
-    overflowed them); the checkpoint named "last good" has therefore always passed this check."""
-    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
-    if bad:
-        latest = latest_checkpoint(out)
-        raise TrainingStopped(
-            f"the weights became non-finite by step {step} ({len(bad)} tensors, {bad[0]} first); nothing was "
-            "saved. " + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
-            + "Lower the learning rate (--lr) or use --precision fp32.")
-
-
-def _list_checkpoints(directory: str) -> list[str]:
-    if not os.path.isdir(directory):
-        return []
-    found = [(int(m.group(1)), name) for name in os.listdir(directory) if (m := CHECKPOINT.match(name))
-             and os.path.exists(os.path.join(directory, name, STATE_FILE))]
-    return [os.path.join(directory, name) for _, name in sorted(found)]
-
-
-def _write_model(model, tokenizer, directory: str, step: int) -> None:
-    _check_finite(model, step, os.path.dirname(directory))
-    with atomic_directory(directory) as tmp:
-        write_parts(model, tmp, tokenizer)
-
-
-def _save(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window,
-          best, scaler) -> None:
-    _check_finite(model, step, os.path.dirname(directory))  # on every process: all stop together
-    if rank == 0:
-        with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
-            write_parts(model, tmp, tokenizer)
-            state = {
-                "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
-                "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "window": window, "best": best, "scaler": scaler.state_dict(),
-                # what a recurrent objective carries from one batch to the next (its hidden state)
-                "carried": model.carried() if hasattr(model, "carried") else None,
-            }
-            torch.save(state, os.path.join(tmp, STATE_FILE))
-        for old in _list_checkpoints(directory)[:-keep]:
-            # renamed first, so that a kill while deleting leaves a name no listing takes for a checkpoint
-            pruned = f"{old}.pruned"
-            os.rename(old, pruned)
-            shutil.rmtree(pruned, ignore_errors=True)
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
-def _restore(model, optimizer, directory: str, device, scaler):
-    found = _list_checkpoints(directory)
-    if not found:
-        raise BertforgeError(f"{directory}: no checkpoint to resume from")
-    latest = found[-1]
-    saved = read_config(latest).to_dict()
-    asked = model.bert.config.to_dict()
-    differ = [f"{k}={saved[k]} there, {asked[k]} asked" for k in asked if k != "architectures" and asked[k] != saved[k]]
-    if differ:
-        raise BertforgeError(f"{latest}: the checkpoint is of a different model ({'; '.join(differ)})")
-    load_parts(model, latest)
-    try:
-        state = torch.load(os.path.join(latest, STATE_FILE), map_location=device, weights_only=True)
-    except Exception as e:
-        raise BertforgeError(f"{os.path.join(latest, STATE_FILE)}: cannot be read ({e})") from None
-    optimizer.load_state_dict(state["optimizer"])
-    if state.get("scaler") and scaler.is_enabled():
-        scaler.load_state_dict(state["scaler"])
-    torch.set_rng_state(state["torch_rng"].cpu())
-    if state.get("cuda_rng") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
-    if state.get("carried") and hasattr(model, "carry"):
-        model.carry(state["carried"])
-    window = state.get("window") or (None, 0)
-    return (state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"], window,
-            state.get("best"))
-
-
-# ---- logs ----------------------------------------------------------------------------------------------
-
-
-def versions() -> dict:
-    """What produced a run: bertforge, torch and Python versions, and the git commit when bertforge
-    runs from a checkout (with "+dirty" when it has uncommitted changes)."""
-    import platform
-    import subprocess
-
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    commit = None
-    try:
-        git = ["git", "-C", package]
-        top = subprocess.run([*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=5,
-                             check=True).stdout.strip()
-        if os.path.realpath(os.path.join(top, "src", "bertforge")) != os.path.realpath(package):
-            raise OSError("an installed copy inside some other repository")
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                                check=True).stdout.strip()
-        if subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                          timeout=5).stdout.strip():
-            commit += "+dirty"
-    except (OSError, subprocess.SubprocessError):
-        pass  # not a checkout, or no git: an installed package
-    return {"bertforge": bertforge_version(), "torch": torch.__version__, "python": platform.python_version(),
-            "git": commit}
-
-
-def _append(rank: int, out: str, record: dict) -> None:
-    if rank == 0:
-        path = os.path.join(out, "metrics.jsonl")
-        try:  # a line cut short by a full disk is dropped when the run resumes (_truncate_metrics)
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
-        except OSError as e:
-            raise BertforgeError(f"{path}: could not be written ({e.strerror or e})") from None
-
-
-def _truncate_metrics(path: str, step: int) -> None:
-    """On resume, drop records written after the checkpoint: they will be written again."""
-    if not os.path.exists(path):
-        return
-    kept = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                if json.loads(line)["step"] <= step:
-                    kept.append(line)
-            except (json.JSONDecodeError, KeyError, TypeError):
-                pass  # a line cut short by a crash
-    with atomic_file(path) as f:
-        f.writelines(kept)
-
-
-def read_metrics(out: str) -> list[dict]:
-    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def plot_metrics(out: str) -> str | None:
-    """Draw the training and held-out loss curves to `loss.png` (needs matplotlib: the `plot` extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no loss plot: matplotlib is not installed (pip install 'bertforge[plot]')", file=sys.stderr)
-        return None
-    records = read_metrics(out)
-    train = [r for r in records if "loss" in r]
-    held = [r for r in records if r.get("eval")]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="training loss")
-    if held and "loss" in held[0]["eval"]:
-        ax.plot([r["step"] for r in held], [r["eval"]["loss"] for r in held], "o-", label="held-out loss")
-    elif held:  # fine-tuning: the task's dev metrics, on their own axis
-        metrics_axis = ax.twinx()
-        for name in held[0]["eval"]:
-            metrics_axis.plot([r["step"] for r in held], [r["eval"][name] for r in held], "o--", label=f"dev {name}")
-        metrics_axis.set_ylabel("dev metric")
-        metrics_axis.legend(loc="center right")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend(loc="upper right")
-    ax.grid(alpha=0.3)
-    path = os.path.join(out, "loss.png")
-    fig.tight_layout()
-    with atomic_file(path, "wb") as f:
-        fig.savefig(f, dpi=100, format="png")
-    plt.close(fig)
-    return path
 
 
 def distributed_setup():
