@@ -57,6 +57,20 @@ MODEL_TYPES = ("bert", "albert", "roberta", "electra", "roformer")
 class HFConfig:
     """What every family's config does alike: check the task keys HF writes, and write itself as HF does."""
 
+    def _check_ranges(self, counts: tuple = (), probabilities: tuple = (), positives: tuple = ()) -> None:
+        """The fields named in `counts` are positive integers, in `probabilities` dropout rates in
+        [0, 1), in `positives` positive numbers."""
+        for name in counts:
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, "a positive integer",
+                   value)
+        for name in probabilities:
+            value = getattr(self, name)
+            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
+        for name in positives:
+            value = getattr(self, name)
+            _check(_is_number(value) and value > 0, name, "a positive number", value)
+
     def _check_heads(self) -> None:
         _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
                "architectures", "a list of class names", self.architectures)
@@ -126,16 +140,10 @@ class BertConfig(HFConfig):
     bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            _check(isinstance(getattr(self, name), int) and not isinstance(getattr(self, name), bool)
-                   and getattr(self, name) > 0, name, "a positive integer", getattr(self, name))
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
-        for name in ("initializer_range", "layer_norm_eps"):
-            value = getattr(self, name)
-            _check(_is_number(value) and value > 0, name, "a positive number", value)
+        self._check_ranges(counts=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                   "intermediate_size", "max_position_embeddings", "type_vocab_size"),
+                           probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
+                           positives=("initializer_range", "layer_norm_eps"))
         _check(self.hidden_act in ACTIVATIONS, "hidden_act", f"one of {', '.join(ACTIVATIONS)}",
                self.hidden_act)
         _check(self.hidden_size % self.num_attention_heads == 0, "num_attention_heads",
@@ -315,17 +323,11 @@ class ModernBertConfig(HFConfig):
     bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "local_attention"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
-                   "a positive integer", value)
-        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
-        for name in ("initializer_range", "initializer_cutoff_factor", "norm_eps"):
-            value = getattr(self, name)
-            _check(_is_number(value) and value > 0, name, "a positive number", value)
+        self._check_ranges(counts=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                   "intermediate_size", "max_position_embeddings", "local_attention"),
+                           probabilities=("attention_dropout", "embedding_dropout", "mlp_dropout",
+                                          "classifier_dropout"),
+                           positives=("initializer_range", "initializer_cutoff_factor", "norm_eps"))
         for name in ("hidden_activation", "classifier_activation"):
             _check(getattr(self, name) in ACTIVATIONS, name, f"one of {', '.join(ACTIVATIONS)}", getattr(self, name))
         for name in ("norm_bias", "attention_bias", "mlp_bias", "classifier_bias"):
@@ -434,16 +436,9 @@ class GPTConfig(HFConfig):
     bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
-                   "a positive integer", value)
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"):
-            value = getattr(self, name)
-            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
-        for name in ("layer_norm_epsilon", "initializer_range"):
-            value = getattr(self, name)
-            _check(_is_number(value) and value > 0, name, "a positive number", value)
+        self._check_ranges(counts=("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"),
+                           probabilities=("resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"),
+                           positives=("layer_norm_epsilon", "initializer_range"))
         _check(self.afn in ("gelu", "relu", "silu", "swish"), "afn", "one of gelu, relu, silu, swish", self.afn)
         _check(self.n_embd % self.n_head == 0, "n_head", f"a divisor of n_embd={self.n_embd}", self.n_head)
         _check(self.model_type in GPT_TYPES, "model_type", "'openai-gpt' or 'gpt2'", self.model_type)
@@ -554,13 +549,8 @@ class AWDLSTMConfig(HFConfig):
     bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "emb_sz", "n_hid", "n_layers"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
-                   "a positive integer", value)
-        for name in ("output_p", "hidden_p", "input_p", "embed_p", "weight_p"):
-            value = getattr(self, name)
-            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
+        self._check_ranges(counts=("vocab_size", "emb_sz", "n_hid", "n_layers"),
+                           probabilities=("output_p", "hidden_p", "input_p", "embed_p", "weight_p"))
         _check(self.model_type == "awd-lstm", "model_type", "'awd-lstm'", self.model_type)
         _check(isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size, "pad_token_id",
                f"an id below vocab_size={self.vocab_size}", self.pad_token_id)
@@ -622,11 +612,8 @@ class ELMoConfig(HFConfig):
     bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "max_characters_per_token", "char_embedding_dim", "projection_dim", "cell_size",
-                     "n_layers"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name,
-                   "a positive integer", value)
+        self._check_ranges(counts=("vocab_size", "max_characters_per_token", "char_embedding_dim", "projection_dim",
+                                   "cell_size", "n_layers"), probabilities=("dropout",))
         _check(isinstance(self.n_highway, int) and self.n_highway >= 0, "n_highway", "a count", self.n_highway)
         _check(self.max_characters_per_token >= 3, "max_characters_per_token", "at least 3 (begin, a byte, end)",
                self.max_characters_per_token)
@@ -638,7 +625,6 @@ class ELMoConfig(HFConfig):
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
             _check(value is None or _is_number(value) and value > 0, name, "a positive number or null", value)
-        _check(_is_number(self.dropout) and 0 <= self.dropout < 1, "dropout", "a probability in [0, 1)", self.dropout)
         _check(self.model_type == "elmo", "model_type", "'elmo'", self.model_type)
         self._check_heads()
 
