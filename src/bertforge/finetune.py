@@ -56,7 +56,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     CRF over the words' tag scores: trained on whole tag paths, predicting by Viterbi. `tagger`
     (tagging over an ELMo biLM): "taglm" for TagLM (the LM's states joined inside a two-layer
     biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them. `command_line`
-    (the CLI's command and options, `cli.run_arguments`) is saved at the top of run_config.json, for
+    (the CLI's command and options, `replay.run_arguments`) is saved at the top of run_config.json, for
     `--config` to replay the run.
     """
     if isinstance(task, str):

@@ -110,7 +110,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     learned position table), `dropout` (while pretraining only: the saved config keeps the
     preset's, for fine-tuning), and without `options` or `masking` the learning rate, warm-up,
     betas and masking rate. `batch_size` defaults to the objective's. `command_line` (the CLI's
-    command and options, `cli.run_arguments`) is saved at the top of run_config.json, for `--config`
+    command and options, `replay.run_arguments`) is saved at the top of run_config.json, for `--config`
     to replay the run. Returns the trainer's summary.
     """
     if objective in RECURRENT_OBJECTIVES:
