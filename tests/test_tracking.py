@@ -142,6 +142,29 @@ def test_wandb_logs_the_records_of_metrics_jsonl(tmp_path, corpus, monkeypatch):
     assert finish == ("finish", 0)
 
 
+def test_a_resumed_run_continues_its_wandb_run(tmp_path, corpus, monkeypatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_RUN_ID", raising=False)
+    out = tmp_path / "run"
+    argv = pretrain_argv(tmp_path, out, "--save-every", "2", "--report-to", "wandb")
+    assert main([*argv, "--steps", "4"]) == 0
+    shutil.rmtree(out / "checkpoints" / "step-0000004")  # as if killed after step 3
+    shutil.rmtree(out / "model")
+    assert main([*argv, "--steps", "4", "--resume"]) == 0
+    first, second = [kwargs for call, kwargs, *_ in fake.calls if call == "init"]
+    assert first["id"] == second["id"] == (out / "wandb-run-id").read_text().strip()
+    assert second["resume"] == "allow"
+    # resumed, W&B hears the steps after the checkpoint again (its step counter drops the repeats)
+    second_init = [i for i, c in enumerate(fake.calls) if c[0] == "init"][1]
+    resumed_steps = [c[2] for c in fake.calls[second_init:] if c[0] == "log"]
+    assert resumed_steps[0] == 3 and resumed_steps[-1] == 4
+    # a new run in another directory is another W&B run
+    assert main([*pretrain_argv(tmp_path, tmp_path / "other", "--report-to", "wandb"), "--steps", "2"]) == 0
+    third = [kwargs for call, kwargs, *_ in fake.calls if call == "init"][-1]
+    assert third["id"] != first["id"]
+
+
 def break_loss_at(monkeypatch, call: int, value: float = float("nan")) -> None:
     """Make the `call`-th forward pass of BertPretraining (one per step here) return a non-finite loss."""
     calls, real_forward = {"n": 0}, BertPretraining.forward

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import sys
+import uuid
 
 from ..errors import BertforgeError
 from .atomic import atomic_file
@@ -150,16 +151,31 @@ class TensorBoardReporter(Reporter):
 
 class WandbReporter(Reporter):
     """A Weights & Biases run, its files under the run directory. Its own environment variables
-    (WANDB_MODE, WANDB_PROJECT, WANDB_ENTITY, WANDB_RUN_ID, ...) are left to it."""
+    (WANDB_MODE, WANDB_PROJECT, WANDB_ENTITY, ...) are left to it.
 
-    def __init__(self, out: str, run_config: dict):
+    The W&B run's id is kept in `wandb-run-id` in the run directory, so that a resume continues
+    the same W&B run. The records between the resumed checkpoint and the interruption were sent
+    already; W&B keeps the first of a step's values (a resume repeats them exactly, timings aside)."""
+
+    ID_FILE = "wandb-run-id"
+
+    def __init__(self, out: str, run_config: dict, resumed_step: int | None):
         try:
             import wandb
         except ImportError:
             raise _missing("wandb") from None
         self.wandb = wandb
         project = os.environ.get("WANDB_PROJECT") or "bertforge"
-        wandb.init(project=project, dir=out, config=run_config)
+        path = os.path.join(out, self.ID_FILE)
+        run_id = None
+        if resumed_step is not None and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                run_id = f.read().strip() or None
+        if run_id is None:  # a new run: WANDB_RUN_ID if the user chose one
+            run_id = os.environ.get("WANDB_RUN_ID") or uuid.uuid4().hex[:12]
+            with atomic_file(path) as f:
+                f.write(run_id + "\n")
+        wandb.init(project=project, dir=out, config=run_config, id=run_id, resume="allow")
 
     def report(self, record: dict) -> None:
         self.wandb.log(_scalars(record), step=record["step"])
@@ -194,7 +210,7 @@ def open_reporters(names, out: str, run_config: dict, resumed_step: int | None =
             elif name == "tensorboard":
                 made.append(TensorBoardReporter(out, resumed_step))
             else:
-                made.append(WandbReporter(out, run_config))
+                made.append(WandbReporter(out, run_config, resumed_step))
     except BaseException:
         Reporters(made).close(failed=True)
         raise
