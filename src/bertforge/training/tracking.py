@@ -155,7 +155,8 @@ class WandbReporter(Reporter):
 
     The W&B run's id is kept in `wandb-run-id` in the run directory, so that a resume continues
     the same W&B run. The records between the resumed checkpoint and the interruption were sent
-    already; W&B keeps the first of a step's values (a resume repeats them exactly, timings aside)."""
+    already and are not sent again (W&B would drop them with a warning each; a resume repeats them
+    exactly, timings aside)."""
 
     ID_FILE = "wandb-run-id"
 
@@ -175,10 +176,12 @@ class WandbReporter(Reporter):
             run_id = os.environ.get("WANDB_RUN_ID") or uuid.uuid4().hex[:12]
             with atomic_file(path) as f:
                 f.write(run_id + "\n")
-        wandb.init(project=project, dir=out, config=run_config, id=run_id, resume="allow")
+        run = wandb.init(project=project, dir=out, config=run_config, id=run_id, resume="allow")
+        self.first_step = getattr(run, "starting_step", 0) or 0  # a resumed W&B run's next step
 
     def report(self, record: dict) -> None:
-        self.wandb.log(_scalars(record), step=record["step"])
+        if record["step"] >= self.first_step:
+            self.wandb.log(_scalars(record), step=record["step"])
 
     def close(self, failed: bool = False) -> None:
         self.wandb.finish(exit_code=1 if failed else 0)
