@@ -1,11 +1,11 @@
 """BERT's central claim, measured: a bidirectional encoder (BERT, masked LM) against a left-to-right
 decoder (GPT, next-token LM) of the same size, pretrained on the same Gutenberg corpus with the
 same vocabulary for the same wall-clock budget, then fine-tuned with one recipe on SST-2, MRPC,
-RTE, CoNLL-2003 and a SWAG-style multiple-choice set; each against its own architecture randomly
-initialised.
+RTE, CoNLL-2003, a SWAG-style multiple-choice set and SQuAD v1.1 (extractive QA); each against its
+own architecture randomly initialised.
 
     python benchmarks/bidirectional.py [--minutes 12] [--seeds 0 1] [--out runs/bench-bidirectional]
-                                       [--tasks sst2 mrpc rte conll choice] [--starts pretrained random]
+                                       [--tasks sst2 mrpc rte conll choice squad] [--starts pretrained random]
                                        [--models bert bert-absolute gpt gpt-1]
 
 Each model pretrains once, with seed 0, with `bertforge pretrain`'s defaults for its objective (the
@@ -20,7 +20,8 @@ each score the best dev epoch.
 
 The multiple-choice set is built from SQuAD v1.1 dev (Wikipedia, which neither model pretrained
 on): the context is a sentence, the four endings are the sentence that follows it and three other
-sentences of the same article; articles 0-37 train (2,000 examples), 38-47 are the dev set.
+sentences of the same article; articles 0-37 train (2,000 examples), 38-47 are the dev set. The
+QA task splits the same file the same way (8,582 questions to train on, 1,988 to answer).
 
 Needs ../shared/data (developers and CI machines only). Not part of the tests. Commands are printed;
 results.json keeps every run as it comes and a later call skips what it holds; table.md gets the table.
@@ -54,6 +55,10 @@ TASKS = {  # name: (--task, train, dev, metric, settings)
               ["--epochs", "3", "--batch-size", "32", "--max-seq-length", "128"]),
     "choice": ("multiple-choice", "WORK/choice-train.jsonl", "WORK/choice-dev.jsonl", "accuracy",
                ["--epochs", "2", "--batch-size", "16", "--max-seq-length", "96"]),
+    # SQuAD v1.1 dev split by article, as the multiple-choice set: the question comes first, so a
+    # left-to-right model reads every context token knowing the question, but not the words after it.
+    "squad": ("qa", "squad/dev-v1.1.json@0-37", "squad/dev-v1.1.json@38-47", "f1",
+              ["--epochs", "2", "--batch-size", "32", "--max-seq-length", "256"]),
 }
 
 
@@ -155,7 +160,7 @@ def main() -> None:
                     # the run files hold fractions; this table (and its results file) percent
                     results[key] = {"score": 100 * max(e[metric] for e in evals), "minutes": round(minutes, 1)}
                     keep()
-    table = summary(results, args.tasks)
+    table = summary(results, [t for t in TASKS if any(f" {t} seed=" in key for key in results)])  # all run so far
     with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
         f.write(table + "\n")
     print(table)
@@ -168,7 +173,7 @@ def path(name: str, work: str) -> str:
 def summary(results: dict, tasks: list[str]) -> str:
     """One row per model and start: pretraining figures, then each task's mean over the seeds."""
     header = {"sst2": "SST-2 acc", "mrpc": "MRPC F1", "rte": "RTE acc", "conll": "CoNLL F1",
-              "choice": "next-sentence choice acc"}
+              "choice": "next-sentence choice acc", "squad": "SQuAD F1"}
     lines = ["| model | start | tokens/s | steps | held-out loss (accuracy) | "
              + " | ".join(header[t] for t in tasks) + " |", "|---" * (5 + len(tasks)) + "|"]
     for name in MODELS:
