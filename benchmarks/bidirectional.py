@@ -183,11 +183,12 @@ def summary(results: dict, tasks: list[str]) -> str:
             for task in tasks:
                 scores = [r["score"] for key, r in sorted(results.items()) if key.startswith(f"{name} {start} {task} ")]
                 each = "/".join(f"{s:.1f}" for s in scores)
-                cells.append(f"{np.mean(scores):.1f} ({each})" if scores else "-")
+                mean = f"{np.mean(scores):.1f}" if scores else "-"
+                cells.append(f"{mean} ({each})" if len(scores) > 1 else mean)
             speed = steps = loss = "-"
             if pre and start == "pretrained":
                 term = "lm" if name.startswith("gpt") else "mlm"
-                speed, steps = f"{pre['tokens_per_s']:,}", str(pre["steps"])
+                speed, steps = f"{pre['tokens_per_s']:,}", f"{pre['steps']:,}"
                 held = pre["held_out"]
                 loss = f"{term.upper()} {held[f'{term}_loss']:.2f} ({100 * held[f'{term}_accuracy']:.1f}%)"
             if speed == "-" and not any(c != "-" for c in cells):
