@@ -141,9 +141,10 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
         if layer_norm not in (None, own):
             raise BertforgeError(f"{init}: its layer order is {own}; drop --layer-norm {layer_norm}")
         layer_norm = own
+    saved = _saved_run_config(out) if resume else None
     if resume and layer_norm is None and recipe.model_type == "openai-gpt":
         # the run's own order; a run saved before the order was a choice had GPT-1's
-        layer_norm = _saved_run_config(out).get("layer_norm", "post")
+        layer_norm = saved.get("layer_norm", "post")
     layer_norm = layer_norm or chosen.layer_norm
     if layer_norm not in ("pre", "post"):
         raise BertforgeError(f"unknown layer norm order {layer_norm!r}; choose pre or post")
@@ -180,7 +181,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     }
     tokenizer_dir = os.path.join(out, "tokenizer")
     if resume:
-        tok = _resume_tokenizer(out, tokenizer, run_config)
+        tok = _resume_tokenizer(out, tokenizer, run_config, saved)
     else:
         if latest_checkpoint(out):
             raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
@@ -295,9 +296,9 @@ def _saved_run_config(out: str) -> dict:
         raise BertforgeError(f"{saved_path}: cannot be read ({e})") from None
 
 
-def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict) -> Tokenizer:
-    """The tokenizer saved with the latest checkpoint, after checking the run's data settings."""
-    saved = _saved_run_config(out)
+def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict, saved: dict) -> Tokenizer:
+    """The tokenizer saved with the latest checkpoint, after checking the run's data settings
+    (`run_config`) against those it was saved with (`saved`)."""
     latest = latest_checkpoint(out)
     # A key a run did not record (made by an older version) had the value of the old default.
     changed = [f"{k} ({saved.get(k)!r} then, {run_config[k]!r} now)" for k in RESUME_KEYS
