@@ -237,7 +237,7 @@ def export_allennlp(model_dir: str, out: str) -> dict:
 def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: str | None = None) -> dict:
     """An AllenNLP ELMo (`options_path`, `weights_path`, and bilm-tf's vocabulary file if its softmax
     is to be used) -> a bertforge ELMo directory `out`."""
-    from ..config import _read_json
+    from ..config.base import _read_json
     from ..data.words import SPECIALS, WordVocab
     from ..models.elmo import ELMoLanguageModel
     from ..training.atomic import atomic_directory

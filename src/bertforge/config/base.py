@@ -1,0 +1,106 @@
+"""What every family's config shares: the HF bookkeeping keys, reading config.json, field checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from ..errors import BertforgeError
+
+
+def bertforge_version() -> str:
+    """The installed package's version (importlib.metadata: no torch import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertforge")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# Activations the encoder implements; the names are those HF writes in `hidden_act`.
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+
+# Keys HF writes into every config.json that say nothing about the model's maths.
+_HF_BOOKKEEPING = {
+    "_name_or_path", "transformers_version", "bertforge_version", "gradient_checkpointing", "use_cache",
+    "torch_dtype", "dtype", "output_attentions", "output_hidden_states", "return_dict",
+    "is_decoder", "add_cross_attention", "tie_word_embeddings", "chunk_size_feed_forward",
+    "bos_token_id", "eos_token_id", "sep_token_id", "tokenizer_class", "task_specific_params",
+    "is_encoder_decoder",
+    # Settings of HF's own task heads (ALBERT's classifier dropout, ELECTRA's multiple-choice
+    # summary); our heads take theirs from `classifier_dropout` and the family.
+    "classifier_dropout_prob", "summary_type", "summary_use_proj", "summary_activation",
+    "summary_last_dropout", "summary_first_dropout",
+    # Written by HF's AlbertConfig for every ALBERT, unused by its model.
+    "down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks",
+}
+
+
+class HFConfig:
+    """What every family's config does alike: check the task keys HF writes, and write itself as HF does."""
+
+    def _check_ranges(self, counts: tuple = (), probabilities: tuple = (), positives: tuple = ()) -> None:
+        """The fields named in `counts` are positive integers, in `probabilities` dropout rates in
+        [0, 1), in `positives` positive numbers."""
+        for name in counts:
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool) and value > 0, name, "a positive integer",
+                   value)
+        for name in probabilities:
+            value = getattr(self, name)
+            _check(_is_number(value) and 0.0 <= value < 1.0, name, "a probability in [0, 1)", value)
+        for name in positives:
+            value = getattr(self, name)
+            _check(_is_number(value) and value > 0, name, "a positive number", value)
+
+    def _check_heads(self) -> None:
+        _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
+               "architectures", "a list of class names", self.architectures)
+        if self.id2label is not None:
+            # JSON object keys are strings: "0" -> 0.
+            _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),
+                   "id2label", "a mapping from label ids to names", self.id2label)
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            _check(sorted(self.id2label) == list(range(len(self.id2label))), "id2label",
+                   "ids 0..n-1", sorted(self.id2label))
+            self.label2id = {v: k for k, v in self.id2label.items()}
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    def to_dict(self) -> dict:
+        """The config as HF writes it; optional task fields appear only when set."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def hf_dict(self) -> dict:
+        """What `config.json` holds: `to_dict`, unless a family spells a key otherwise in HF."""
+        return self.to_dict()
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            # stamped with what wrote it, as transformers stamps `transformers_version`
+            json.dump({**self.hf_dict(), "bertforge_version": bertforge_version()}, f, indent=2)
+            f.write("\n")
+
+
+def _read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise BertforgeError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BertforgeError(f"{path}: cannot read ({e})") from None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check(ok: bool, name: str, expected: str, value) -> None:
+    if not ok:
+        raise BertforgeError(f"config field {name!r} must be {expected}, got {value!r}")

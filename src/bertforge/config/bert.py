@@ -1,0 +1,181 @@
+"""BERT's config, shared by the encoder families with its Transformer layer (BERT, ALBERT,
+RoBERTa, ELECTRA, RoFormer), and the BERT sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+from ..errors import BertforgeError
+from .base import _HF_BOOKKEEPING, ACTIVATIONS, HFConfig, _check, _is_number, _read_json
+
+# The encoder families, by HF `model_type`. ALBERT and ELECTRA may have word embeddings narrower
+# than the hidden size (`embedding_size`), projected up; ALBERT shares one layer's weights across
+# layers (`num_hidden_groups` sets of weights); RoBERTa numbers positions from pad_token_id + 1;
+# RoFormer (Su et al., 2021) has no position table and rotates queries and keys by position instead.
+MODEL_TYPES = ("bert", "albert", "roberta", "electra", "roformer")
+
+
+@dataclass
+class BertConfig(HFConfig):
+    """The shape and regularisation of a BERT-family encoder, spelled as HF's `BertConfig`
+    (and `AlbertConfig`, `RobertaConfig`, `ElectraConfig` for the fields they add).
+
+    Defaults are those of BERT-base (Devlin et al., 2019). `architectures` records which HF class
+    a saved checkpoint corresponds to (e.g. `BertForPreTraining`); it does not change the encoder.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    model_type: str = "bert"
+    embedding_size: int | None = None  # ALBERT and ELECTRA; None: the hidden size
+    num_hidden_groups: int | None = None  # ALBERT: distinct sets of layer weights (1: all shared)
+    inner_group_num: int | None = None  # ALBERT: layers per group; only 1 is supported, as released
+    rotary_value: bool | None = None  # RoFormer: rotate values too; only False, as released
+    architectures: list[str] = field(default_factory=lambda: ["BertModel"])
+    # Fine-tuned models: HF's own keys for the head, so `AutoModelFor...` rebuilds it ...
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None  # "single_label_classification" or "regression"
+    classifier_dropout: float | None = None  # None: hidden_dropout_prob, as HF
+    finetuning_task: str | None = None  # e.g. "sst2", "ner", "qa"
+    # ... and ours: how the task reads its input (columns, label scheme, lengths), for `predict`.
+    bertforge_task: dict | None = None
+
+    def __post_init__(self) -> None:
+        self._check_ranges(counts=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                   "intermediate_size", "max_position_embeddings", "type_vocab_size"),
+                           probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
+                           positives=("initializer_range", "layer_norm_eps"))
+        _check(self.hidden_act in ACTIVATIONS, "hidden_act", f"one of {', '.join(ACTIVATIONS)}",
+               self.hidden_act)
+        _check(self.hidden_size % self.num_attention_heads == 0, "num_attention_heads",
+               f"a divisor of hidden_size={self.hidden_size}", self.num_attention_heads)
+        _check(isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size,
+               "pad_token_id", f"an id below vocab_size={self.vocab_size}", self.pad_token_id)
+        _check(self.model_type in MODEL_TYPES, "model_type", f"one of {', '.join(MODEL_TYPES)}", self.model_type)
+        if self.model_type == "albert":
+            self.embedding_size = self.embedding_size or 128
+            self.num_hidden_groups = self.num_hidden_groups or 1
+            self.inner_group_num = self.inner_group_num or 1
+            _check(self.inner_group_num == 1, "inner_group_num", "1 (one layer per group)", self.inner_group_num)
+            _check(isinstance(self.num_hidden_groups, int) and 1 <= self.num_hidden_groups <= self.num_hidden_layers,
+                   "num_hidden_groups", f"an integer in [1, num_hidden_layers={self.num_hidden_layers}]",
+                   self.num_hidden_groups)
+        else:
+            for name in ("num_hidden_groups", "inner_group_num"):
+                _check(getattr(self, name) is None, name, "unset outside ALBERT", getattr(self, name))
+        if self.model_type == "roformer":
+            self.rotary_value = bool(self.rotary_value)
+            _check(not self.rotary_value, "rotary_value", "false (rotary queries and keys only)", self.rotary_value)
+            _check(self.head_size % 2 == 0, "num_attention_heads", "a count giving an even head size (rotary pairs)",
+                   self.num_attention_heads)
+        else:
+            _check(self.rotary_value is None, "rotary_value", "unset outside RoFormer", self.rotary_value)
+        if self.model_type in ("electra", "roformer"):
+            self.embedding_size = self.embedding_size or self.hidden_size
+        elif self.model_type != "albert":
+            _check(self.embedding_size in (None, self.hidden_size), "embedding_size",
+                   "the hidden size (only ALBERT, ELECTRA and RoFormer factorise embeddings)", self.embedding_size)
+            self.embedding_size = None
+        if self.embedding_size is not None:
+            _check(isinstance(self.embedding_size, int) and self.embedding_size > 0, "embedding_size",
+                   "a positive integer", self.embedding_size)
+        if self.model_type == "roberta":
+            # Positions run from pad_token_id + 1, so the table needs that many more rows.
+            _check(self.max_position_embeddings > self.pad_token_id + 1, "max_position_embeddings",
+                   f"more than pad_token_id + 1 = {self.pad_token_id + 1} (RoBERTa's position offset)",
+                   self.max_position_embeddings)
+        self._check_heads()
+        if self.classifier_dropout is not None:
+            _check(_is_number(self.classifier_dropout) and 0 <= self.classifier_dropout < 1,
+                   "classifier_dropout", "a probability in [0, 1)", self.classifier_dropout)
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def word_size(self) -> int:
+        """Width of the embedding tables (and of the MLM decoder): `embedding_size` or the hidden size."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def max_length(self) -> int:
+        """The longest input the position table allows (RoBERTa's offset costs pad_token_id + 1 rows)."""
+        if self.model_type == "roberta":
+            return self.max_position_embeddings - self.pad_token_id - 1
+        return self.max_position_embeddings
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> "BertConfig":
+        """Build a config from a dict, ignoring HF's bookkeeping keys; unknown keys are errors.
+
+        `source` names where the dict came from, so that every message points at the file.
+        """
+        try:
+            return cls._from_dict(data)
+        except BertforgeError as e:
+            raise BertforgeError(f"{source}: {e}") from None
+
+    @classmethod
+    def _from_dict(cls, data: dict) -> "BertConfig":
+        if not isinstance(data, dict):
+            raise BertforgeError(f"expected a JSON object, found {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        # Absolute positions are the only kind BERT has; a relative-position checkpoint would load
+        # without complaint and compute something else, so it is refused by name.
+        kind = data.get("position_embedding_type", "absolute")
+        if kind != "absolute":
+            raise BertforgeError(f"position_embedding_type={kind!r} is not supported (only 'absolute')")
+        unknown = sorted(set(data) - names - _HF_BOOKKEEPING - {"position_embedding_type"})
+        if unknown:
+            raise BertforgeError(f"unknown key(s) {', '.join(unknown)}")
+        required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size")
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise BertforgeError(f"missing required key(s) {', '.join(missing)}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+    @classmethod
+    def load(cls, path: str) -> "BertConfig":
+        """Read a `config.json` (a file, or a directory holding one)."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        return cls.from_dict(_read_json(path), source=path)
+
+
+# Google's released BERT sizes (Turc et al., 2019 for the small ones; Devlin et al., 2019 for base
+# and large). The feed-forward width is always 4x the hidden size and heads are 64 wide.
+PRESETS: dict[str, dict] = {
+    "bert-tiny": {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2},
+    "bert-mini": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4},
+    "bert-small": {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8},
+    "bert-medium": {"num_hidden_layers": 8, "hidden_size": 512, "num_attention_heads": 8},
+    "bert-base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12},
+    "bert-large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16},
+}
+
+
+def preset(name: str, **overrides) -> BertConfig:
+    """The config of a named size (`bert-tiny` ... `bert-large`), with any field overridden."""
+    if name not in PRESETS:
+        raise BertforgeError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    values = dict(PRESETS[name])
+    values["intermediate_size"] = 4 * values["hidden_size"]
+    values.update(overrides)
+    return BertConfig(**values)

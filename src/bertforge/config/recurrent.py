@@ -1,0 +1,147 @@
+"""The recurrent language models' configs: AWD-LSTM (ULMFiT) and ELMo's biLM, and their sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import BertforgeError
+from .base import HFConfig, _check, _is_number
+
+
+@dataclass
+class AWDLSTMConfig(HFConfig):
+    """Merity et al.'s AWD-LSTM language model (2018), the one ULMFiT (Howard & Ruder, 2018)
+    fine-tunes: word embeddings of `emb_sz`, `n_layers` LSTMs of `n_hid` (the last one of `emb_sz`,
+    so that the decoder can share the embedding matrix), and its five dropouts. No `transformers`
+    class exists for it: bertforge writes its own `config.json` (model_type "awd-lstm") and weights
+    under its own names.
+
+    Defaults are ULMFiT's (fastai's `awd_lstm_lm_config`): 400 / 1152 / 3 layers; the dropouts are
+    fastai's, which its `drop_mult` scales (`dropout_scale` here). `bidirectional=False` always: a
+    backward model is a forward model trained on reversed text (`backwards`).
+    """
+
+    vocab_size: int = 60000
+    emb_sz: int = 400
+    n_hid: int = 1152
+    n_layers: int = 3
+    output_p: float = 0.1  # on the last LSTM's output, before the decoder
+    hidden_p: float = 0.15  # between LSTM layers (locked: one mask per sequence)
+    input_p: float = 0.25  # on the embedded input (locked)
+    embed_p: float = 0.02  # whole words dropped from the embedding matrix
+    weight_p: float = 0.2  # DropConnect on the hidden-to-hidden weights
+    tie_weights: bool = True
+    out_bias: bool = True
+    backwards: bool = False  # trained on reversed documents (ULMFiT's backward model)
+    pad_token_id: int = 1
+    classifier_dropout: float | None = None  # a classifier's first dropout (None: output_p)
+    model_type: str = "awd-lstm"
+    architectures: list[str] = field(default_factory=lambda: ["AWDLSTMLanguageModel"])
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None
+    finetuning_task: str | None = None
+    bertforge_task: dict | None = None
+
+    def __post_init__(self) -> None:
+        self._check_ranges(counts=("vocab_size", "emb_sz", "n_hid", "n_layers"),
+                           probabilities=("output_p", "hidden_p", "input_p", "embed_p", "weight_p"))
+        _check(self.model_type == "awd-lstm", "model_type", "'awd-lstm'", self.model_type)
+        _check(isinstance(self.pad_token_id, int) and 0 <= self.pad_token_id < self.vocab_size, "pad_token_id",
+               f"an id below vocab_size={self.vocab_size}", self.pad_token_id)
+        self._check_heads()
+
+    # The names code shared by every family reads.
+    hidden_size = property(lambda self: self.emb_sz)  # what the last layer gives a task head
+    num_hidden_layers = property(lambda self: self.n_layers)
+
+
+# Sizes of AWD-LSTM: ULMFiT's, and smaller ones a CPU trains in minutes (the same 3 layers, the
+# last of the embedding width so that the decoder is tied).
+AWD_LSTM_PRESETS = {
+    "awd-lstm-tiny": {"emb_sz": 64, "n_hid": 128},
+    "awd-lstm-small": {"emb_sz": 200, "n_hid": 576},
+    "awd-lstm-ulmfit": {"emb_sz": 400, "n_hid": 1152},
+}
+
+
+def awd_lstm_preset(name: str, **overrides) -> AWDLSTMConfig:
+    if name not in AWD_LSTM_PRESETS:
+        raise BertforgeError(f"unknown preset {name!r} for AWD-LSTM; choose one of {', '.join(AWD_LSTM_PRESETS)}")
+    return AWDLSTMConfig(**{**AWD_LSTM_PRESETS[name], **overrides})
+
+
+@dataclass
+class ELMoConfig(HFConfig):
+    """ELMo's bidirectional language model (Peters et al., 2018), in the names of AllenNLP's
+    `options.json` where it has one: a character encoder (each word as up to
+    `max_characters_per_token` UTF-8 bytes, `char_embedding_dim`-wide character embeddings,
+    convolutions of the widths and counts in `filters`, `n_highway` highway layers, a projection to
+    `projection_dim`), then `n_layers` LSTMs per direction of `cell_size` cells projected back to
+    `projection_dim`, cells and projections clipped to +-`cell_clip`, +-`proj_clip`, with a residual
+    connection from the second layer up. `vocab_size` words in the softmax the two directions share.
+
+    Defaults are the paper's Original model (93.6M parameters without the softmax); see
+    `ELMO_PRESETS` for its Small one and sizes a CPU trains in minutes.
+    """
+
+    vocab_size: int = 60000
+    max_characters_per_token: int = 50
+    char_embedding_dim: int = 16
+    filters: list = field(default_factory=lambda: [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]])
+    n_highway: int = 2
+    activation: str = "relu"
+    projection_dim: int = 512
+    cell_size: int = 4096
+    n_layers: int = 2
+    cell_clip: float = 3.0
+    proj_clip: float = 3.0
+    dropout: float = 0.1
+    pad_token_id: int = 1
+    model_type: str = "elmo"
+    architectures: list[str] = field(default_factory=lambda: ["ELMoLanguageModel"])
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None
+    finetuning_task: str | None = None
+    bertforge_task: dict | None = None
+
+    def __post_init__(self) -> None:
+        self._check_ranges(counts=("vocab_size", "max_characters_per_token", "char_embedding_dim", "projection_dim",
+                                   "cell_size", "n_layers"), probabilities=("dropout",))
+        _check(isinstance(self.n_highway, int) and self.n_highway >= 0, "n_highway", "a count", self.n_highway)
+        _check(self.max_characters_per_token >= 3, "max_characters_per_token", "at least 3 (begin, a byte, end)",
+               self.max_characters_per_token)
+        _check(isinstance(self.filters, list) and self.filters and all(
+            isinstance(f, list) and len(f) == 2 and all(isinstance(v, int) and v > 0 for v in f) for f in self.filters)
+            and max(w for w, _ in self.filters) <= self.max_characters_per_token, "filters",
+            "a list of [width, count] pairs, widths at most max_characters_per_token", self.filters)
+        _check(self.activation in ("relu", "tanh"), "activation", "relu or tanh", self.activation)
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            _check(value is None or _is_number(value) and value > 0, name, "a positive number or null", value)
+        _check(self.model_type == "elmo", "model_type", "'elmo'", self.model_type)
+        self._check_heads()
+
+    # The names code shared by every family reads: ELMo's representations are [forward; backward].
+    hidden_size = property(lambda self: 2 * self.projection_dim)
+    num_hidden_layers = property(lambda self: self.n_layers)
+
+
+# ELMo's sizes: the paper's Original (2 x 4096 cells, 512 projections, 2048 filters, 2 highways) and
+# Small (2 x 1024, 128, 2048 filters, 1 highway: AllenNLP's 13.6M one), and sizes a CPU trains in minutes.
+_ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+ELMO_PRESETS = {
+    "elmo-tiny": {"filters": [[1, 8], [2, 8], [3, 16], [4, 16]], "n_highway": 1, "projection_dim": 32,
+                  "cell_size": 64, "char_embedding_dim": 8},
+    "elmo-cpu": {"filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 128], [6, 128], [7, 128]], "n_highway": 1,
+                 "projection_dim": 128, "cell_size": 512},
+    "elmo-small": {"filters": _ELMO_FILTERS, "n_highway": 1, "projection_dim": 128, "cell_size": 1024},
+    "elmo-original": {"filters": _ELMO_FILTERS, "n_highway": 2, "projection_dim": 512, "cell_size": 4096},
+}
+
+
+def elmo_preset(name: str, **overrides) -> ELMoConfig:
+    if name not in ELMO_PRESETS:
+        raise BertforgeError(f"unknown preset {name!r} for ELMo; choose one of {', '.join(ELMO_PRESETS)}")
+    return ELMoConfig(**{**ELMO_PRESETS[name], **overrides})
