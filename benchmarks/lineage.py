@@ -158,8 +158,8 @@ def parameters(run_dir: str) -> int:
 
 def random_init(pretrained: str, out: str, seed: int) -> None:
     """The pretrained model's architecture and vocabulary, randomly initialised, never pretrained."""
-    code = ("import torch, shutil, os; from bertforge.config import load_config; from bertforge.formats import native; "
-            "from bertforge.formats.hf import save_pretrained; from bertforge.finetune import load_tokenizer; "
+    code = ("import torch, shutil, os; from bertforge.families import load_config; from bertforge.formats import native; "
+            "from bertforge.formats.hf import save_pretrained; from bertforge.load import load_tokenizer; "
             f"torch.manual_seed({seed}); config = load_config({pretrained!r}); tok = load_tokenizer({pretrained!r})\n"
             "if config.model_type == 'awd-lstm':\n"
             "    from bertforge.models.awd_lstm import AWDLSTMLanguageModel as M\n"

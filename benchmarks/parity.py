@@ -12,7 +12,7 @@ import torch
 import transformers
 
 from bertforge import Bert, BertConfig, load_pretrained, save_pretrained
-from bertforge.objectives import BertPretraining
+from bertforge.models.objectives import BertPretraining
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from conftest import random_batch, tiny_config  # noqa: E402

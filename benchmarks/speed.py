@@ -172,7 +172,7 @@ def pretrain_step(impl: str, preset_name: str, device: str = "cpu", batch_size: 
 
     if impl == "ours":
         from bertforge.data.batches import make_batch
-        from bertforge.objectives import BertPretraining
+        from bertforge.models.objectives import BertPretraining
         from bertforge.training.allocator import reuse_freed_memory
         from bertforge.training.optim import make_optimizer
 
@@ -217,7 +217,7 @@ def gpt_step(impl: str, preset_name: str):
     mask = torch.ones_like(ids)
     if impl == "ours":
         from bertforge.data.batches import next_token_batch
-        from bertforge.objectives import CausalLMPretraining
+        from bertforge.models.objectives import CausalLMPretraining
         from bertforge.training.allocator import reuse_freed_memory
         from bertforge.training.optim import make_optimizer
 
@@ -357,7 +357,7 @@ def save_random_gpt(directory: str) -> None:
 
     from bertforge import save_pretrained
     from bertforge.config import gpt_preset
-    from bertforge.objectives import CausalLMPretraining
+    from bertforge.models.objectives import CausalLMPretraining
 
     torch.manual_seed(0)
     save_pretrained(CausalLMPretraining(gpt_preset("gpt-1", vocab_size=GPT_VOCAB)), directory)
@@ -374,7 +374,7 @@ def generate_child(impl: str, directory: str) -> dict:
     if impl.startswith("ours"):
         from bertforge import load_pretrained
         from bertforge.models.gpt import Cache
-        from bertforge.objectives import CausalLMPretraining
+        from bertforge.models.objectives import CausalLMPretraining
 
         model = load_pretrained(directory, cls=CausalLMPretraining).eval()
         use_cache = impl == "ours-cache"

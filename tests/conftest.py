@@ -150,7 +150,7 @@ def models(tmp_path_factory):
     training): the service and export tests' models."""
     from bertforge.finetune import finetune
     from bertforge.models.bert import Bert
-    from bertforge.objectives import BertPretraining
+    from bertforge.models.objectives import BertPretraining
     from bertforge.tasks import make_task
     from bertforge.training.trainer import TrainOptions
 

@@ -16,7 +16,7 @@ from bertforge.data.words import word_characters
 from bertforge.embed import ELMoEmbedder, Embedder
 from bertforge.models.elmo import ELMo
 from bertforge.models.lstm import ProjectedLSTM
-from bertforge.objectives import BiLMPretraining
+from bertforge.models.objectives import BiLMPretraining
 from bertforge.pretrain_recurrent import default_options, pretrain_recurrent
 
 

@@ -13,7 +13,7 @@ from bertforge import BertforgeError, save_pretrained
 from bertforge.cli import main
 from bertforge.evaluate_lm import evaluate_lm
 from bertforge.models.bert import Bert
-from bertforge.objectives import BertPretraining
+from bertforge.models.objectives import BertPretraining
 from bertforge.pretrain import pretrain
 from bertforge.training.optim import make_optimizer
 from bertforge.training.trainer import TrainOptions

@@ -15,10 +15,10 @@ from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
 from bertforge.finetune import load_finetuned
 from bertforge.formats.hf import FAMILY_CLASS, to_hf
-from bertforge.heads import SpanBoundaryHead
+from bertforge.models.heads import SpanBoundaryHead
 from bertforge.models.bert import Bert
-from bertforge.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
-from bertforge.pretrain import OBJECTIVES
+from bertforge.models.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
+from bertforge.families import objective as objective_record
 from bertforge.tasks.classification import SequenceClassifier
 from bertforge.training.run_log import read_metrics
 
@@ -183,11 +183,11 @@ def test_span_boundary_head_on_a_hand_example():
 
 def test_cli_objectives_and_vocabulary_kinds_are_the_librarys():
     from bertforge.cli import RECURRENT_NAMES
-    from bertforge.pretrain_recurrent import RECURRENT_OBJECTIVES
+    from bertforge.families import FAMILIES, objective_names
     from bertforge.tokenizer import KINDS
 
-    assert OBJECTIVE_NAMES == list(OBJECTIVES) + list(RECURRENT_OBJECTIVES)
-    assert RECURRENT_NAMES == list(RECURRENT_OBJECTIVES)
+    assert OBJECTIVE_NAMES == objective_names()
+    assert RECURRENT_NAMES == [o.name for f in FAMILIES if f.pipeline == "word" for o in f.objectives]
     assert VOCAB_KINDS == list(KINDS)
 
 
@@ -200,12 +200,12 @@ def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
                  "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "30", "--lr", "2e-3",
                  "--log-every", "5", "--eval-every", "30"]) == 0
     records = [r for r in read_metrics(str(out)) if "loss" in r]
-    terms = OBJECTIVES[objective].terms
+    terms = objective_record(objective)[1].terms
     assert all(f"{t}_loss" in records[0] for t in terms)
     assert records[-1]["mlm_loss"] < records[0]["mlm_loss"] - 0.5  # it learns
     config = json.loads((out / "model" / "config.json").read_text())
     # the default recipe trains BERT's objectives with rotary positions (RoFormer)
-    assert config["model_type"] == ("roformer" if objective == "span" else OBJECTIVES[objective].model_type)
+    assert config["model_type"] == ("roformer" if objective == "span" else objective_record(objective)[1].model_type)
     # loads in transformers as the family's pretraining class, with nothing missing
     theirs, info = getattr(transformers, config["architectures"][0]).from_pretrained(
         out / "model", output_loading_info=True)

@@ -52,16 +52,10 @@ def lm_scores(directory, corpus, cache_dir):
 
 def info(directory):
     """What `bertforge info` says: the architecture and the number of parameters (a tied weight once)."""
-    from bertforge.formats import native
-    from bertforge.formats.hf import load_pretrained, read_config
+    from bertforge.load import count_parameters
 
-    config = read_config(directory)
-    if config.model_type in native.NATIVE_TYPES:
-        return {"architecture": config.architectures[0], "model_type": config.model_type,
-                "parameters": native.parameter_count(directory)}
-    model = load_pretrained(directory)
-    return {"architecture": model.config.architectures[0], "model_type": model.config.model_type,
-            "parameters": sum(p.numel() for p in model.parameters())}
+    config, parameters = count_parameters(directory)
+    return {"architecture": config.architectures[0], "model_type": config.model_type, "parameters": parameters}
 
 
 def awd_lstm_logits(directory, text):
@@ -80,13 +74,9 @@ def awd_lstm_logits(directory, text):
 
 def known_families():
     """Every model type the code can pretrain, continue or fine-tune."""
-    from bertforge.config import GPT_TYPES, MODEL_TYPES
-    from bertforge.formats.native import NATIVE_TYPES
-    from bertforge.pretrain import FAMILY_OBJECTIVE, OBJECTIVES
-    from bertforge.pretrain_recurrent import RECURRENT_OBJECTIVES
+    from bertforge.families import FAMILIES
 
-    return (set(MODEL_TYPES) | set(GPT_TYPES) | set(FAMILY_OBJECTIVE) | {o.model_type for o in OBJECTIVES.values()}
-            | set(NATIVE_TYPES) | set(RECURRENT_OBJECTIVES))
+    return {t for f in FAMILIES for t in f.model_types} | {o.model_type for f in FAMILIES for o in f.objectives}
 
 
 def known_task_families():

@@ -9,12 +9,13 @@ from conftest import GPT_ORDERS, random_batch, randomise, write_corpus
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
-from bertforge.config import GPTConfig, gpt_preset, load_config
+from bertforge.config import GPTConfig, gpt_preset
+from bertforge.families import load_config
 from bertforge.data.batches import next_token_batch
 from bertforge.formats.hf import to_hf
 from bertforge.generate import Generator, check_options, filtered
 from bertforge.models.gpt import GPT, Cache
-from bertforge.objectives import CausalLMPretraining
+from bertforge.models.objectives import CausalLMPretraining
 from bertforge.training.run_log import read_metrics
 
 transformers = pytest.importorskip("transformers")
@@ -197,8 +198,8 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
 def test_layer_order_is_the_recipes_or_chosen_and_saved_as_its_hf_type(tmp_path, capsys):
     from bertforge.recipe import pretraining_recipe
 
-    assert pretraining_recipe("small-budget", "gpt", "bert-mini", "openai-gpt").layer_norm == "pre"
-    assert pretraining_recipe("bert-2018", "gpt", "bert-mini", "openai-gpt").layer_norm == "post"
+    assert pretraining_recipe("small-budget", "gpt", "bert-mini").layer_norm == "pre"
+    assert pretraining_recipe("bert-2018", "gpt", "bert-mini").layer_norm == "post"
     write_corpus(tmp_path / "corpus")
     data = ["--corpus", str(tmp_path / "corpus"), "--batch-size", "4", "--max-seq-length", "32", "--cache-dir",
             str(tmp_path / "cache"), "--quiet", "--steps", "2"]

@@ -15,7 +15,7 @@ from bertforge.cli import main
 from bertforge.config import GPTConfig
 from bertforge.finetune import add_transform_tokens, evaluate, finetune, load_finetuned, predict
 from bertforge.losses import next_token_loss
-from bertforge.objectives import CausalLMPretraining
+from bertforge.models.objectives import CausalLMPretraining
 from bertforge.tasks import make_task
 from bertforge.tasks.choice import ChoiceScorer
 from bertforge.tasks.classification import SequenceClassifier

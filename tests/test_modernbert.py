@@ -8,9 +8,10 @@ import torch
 from conftest import copy_task_accuracy, random_batch, randomise
 
 from bertforge import BertforgeError, load_pretrained, save_pretrained
-from bertforge.config import ModernBertConfig, load_config, modernbert_preset
+from bertforge.config import ModernBertConfig, modernbert_preset
+from bertforge.families import load_config
 from bertforge.models.modernbert import ModernBert
-from bertforge.objectives import BertPretraining
+from bertforge.models.objectives import BertPretraining
 from bertforge.tasks.choice import ChoiceScorer
 from bertforge.tasks.classification import SequenceClassifier
 from bertforge.tasks.qa import QuestionAnswerer

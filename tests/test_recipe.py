@@ -8,35 +8,36 @@ from conftest import write_corpus
 
 from bertforge import BertforgeError
 from bertforge.pretrain import pretrain
-from bertforge.recipe import default_preset, finetuning_lr, pretraining_recipe, vocabulary_size
+from bertforge.config import default_preset
+from bertforge.recipe import finetuning_lr, pretraining_recipe, vocabulary_size
 from bertforge.training.trainer import TrainOptions, _replan
 
 
 def test_small_budget_recipe_by_size_and_family():
-    tiny = pretraining_recipe("small-budget", "bert", "bert-tiny", "bert")
+    tiny = pretraining_recipe("small-budget", "bert", "bert-tiny")
     assert (tiny.positions, tiny.lr, tiny.warmup, tiny.betas, tiny.dropout, tiny.mask_prob) == \
         ("rotary", 2e-3, 0.1, (0.9, 0.98), 0.0, 0.15)
-    assert pretraining_recipe("small-budget", "span", "bert-mini", "bert").lr == 1e-3
+    assert pretraining_recipe("small-budget", "span", "bert-mini").lr == 1e-3
     # no rotary class in transformers for RoBERTa, ALBERT, ELECTRA: absolute positions, half the rate
-    roberta = pretraining_recipe("small-budget", "roberta", "bert-mini", "roberta")
+    roberta = pretraining_recipe("small-budget", "roberta", "bert-mini")
     assert roberta.positions == "absolute" and roberta.lr == 5e-4
     # ModernBERT is rotary by design and masks 30%, in either recipe
-    modern = pretraining_recipe("small-budget", "modernbert", "bert-tiny", "modernbert")
+    modern = pretraining_recipe("small-budget", "modernbert", "bert-tiny")
     assert (modern.positions, modern.lr, modern.mask_prob) == ("rotary", 2e-3, 0.3)
-    assert pretraining_recipe("bert-2018", "modernbert", "bert-tiny", "modernbert").positions == "rotary"
+    assert pretraining_recipe("bert-2018", "modernbert", "bert-tiny").positions == "rotary"
     # larger models take smaller rates
-    rates = [pretraining_recipe("small-budget", "bert", p, "bert").lr
+    rates = [pretraining_recipe("small-budget", "bert", p).lr
              for p in ("bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large")]
     assert rates == sorted(rates, reverse=True)
 
 
 def test_bert_2018_is_the_papers_recipe():
-    bert = pretraining_recipe("bert-2018", "bert", "bert-base", "bert")
+    bert = pretraining_recipe("bert-2018", "bert", "bert-base")
     assert (bert.positions, bert.lr, bert.warmup, bert.betas, bert.dropout) == ("absolute", 1e-4, 0.01, (0.9, 0.999), 0.1)
-    roberta = pretraining_recipe("bert-2018", "roberta", "bert-base", "roberta")
+    roberta = pretraining_recipe("bert-2018", "roberta", "bert-base")
     assert roberta.lr == 2e-4 and roberta.betas == (0.9, 0.98)
     with pytest.raises(BertforgeError, match="unknown recipe"):
-        pretraining_recipe("fast", "bert", "bert-tiny", "bert")
+        pretraining_recipe("fast", "bert", "bert-tiny")
 
 
 def test_sizes_and_vocabularies_follow_the_budget_and_corpus():

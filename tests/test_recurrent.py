@@ -17,9 +17,9 @@ from bertforge.data.streams import LMStreams, chunk_length
 from bertforge.data.words import SPECIALS, WordVocab, apply_rules
 from bertforge.errors import BertforgeError
 from bertforge.formats import native
-from bertforge.heads import concat_pool
+from bertforge.models.heads import concat_pool
 from bertforge.models.lstm import LockedDropout, WeightDropLSTM, embedding_dropout
-from bertforge.objectives import RecurrentLMPretraining
+from bertforge.models.objectives import RecurrentLMPretraining
 from bertforge.pretrain_recurrent import default_options, match_vocabulary, pretrain_recurrent
 
 

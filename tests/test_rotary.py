@@ -9,7 +9,7 @@ from conftest import assert_same_attentions, copy_task_accuracy, random_batch, r
 
 from bertforge import load_pretrained, save_pretrained
 from bertforge.models.bert import rotary_tables, rotate
-from bertforge.objectives import BertPretraining
+from bertforge.models.objectives import BertPretraining
 from bertforge.tasks.classification import SequenceClassifier
 
 transformers = pytest.importorskip("transformers")

@@ -13,7 +13,7 @@ from conftest import write_corpus
 
 from bertforge import BertforgeError
 from bertforge.cli import main
-from bertforge.objectives import BertPretraining
+from bertforge.models.objectives import BertPretraining
 from bertforge.pretrain import pretrain
 from bertforge.training import trainer
 from bertforge.training.run_log import read_metrics

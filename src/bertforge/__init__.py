@@ -7,6 +7,7 @@ from .fill_mask import FillMask
 from .finetune import evaluate, finetune, predict
 from .formats.hf import load_pretrained, save_pretrained
 from .generate import Generator
+from .load import Loaded, load
 from .models.bert import Bert, EncoderOutput
 from .predictor import Predictor
 from .pretrain import pretrain
@@ -14,10 +15,10 @@ from .pretrain_recurrent import pretrain_recurrent
 from .tokenizer import Tokenizer
 
 # `from .pretrain import pretrain` binds the name to the function after loading the submodule of the
-# same name, so `bertforge.pretrain` (and finetune, embed) is the recipe a user calls, as in the CLI.
+# same name, so `bertforge.pretrain` (and finetune, embed, load) is the function a user calls, as in the CLI.
 __all__ = [
-    "Bert", "BertConfig", "BertforgeError", "Embedder", "EncoderOutput", "FillMask", "Generator", "PRESETS",
-    "Predictor", "Tokenizer", "embed", "evaluate", "finetune", "load_pretrained", "predict", "preset", "pretrain",
+    "Bert", "BertConfig", "BertforgeError", "Embedder", "EncoderOutput", "FillMask", "Generator", "Loaded", "PRESETS",
+    "Predictor", "Tokenizer", "embed", "evaluate", "finetune", "load", "load_pretrained", "predict", "preset", "pretrain",
     "pretrain_recurrent", "save_pretrained",
 ]
 __version__ = "0.1.0"

@@ -50,23 +50,18 @@ def cmd_tokenizer_train(args) -> None:
 
 
 def cmd_info(args) -> None:
-    from .formats import native
-    from .formats.hf import load_pretrained, read_config
+    from .load import count_parameters
 
-    config = read_config(args.model)
-    if config.model_type in native.NATIVE_TYPES:  # no model to build: the stored tensors say the size
-        params = native.parameter_count(args.model)
-    else:
-        model = load_pretrained(args.model)
-        config, params = model.config, sum(p.numel() for p in model.parameters())
+    config, params = count_parameters(args.model)
     print(f"{args.model}: {config.architectures[0]}, {params / 1e6:.1f}M parameters")
     for key, value in config.to_dict().items():
         print(f"  {key}: {value}")
 
 
 def cmd_pretrain(args) -> None:
-    from .pretrain import OBJECTIVES, masking_options, pretrain
-    from .recipe import default_preset, pretraining_recipe
+    from .config import default_preset
+    from .pretrain import masking_options, pretrain
+    from .recipe import pretraining_recipe
     from .training.trainer import TrainOptions
 
     if args.steps is None and args.max_minutes is None:
@@ -88,8 +83,7 @@ def cmd_pretrain(args) -> None:
         from .formats.hf import read_config
 
         width = read_config(args.init).hidden_size
-    chosen = pretraining_recipe(args.recipe, args.objective, args.preset, OBJECTIVES[args.objective].model_type,
-                                continued_width=width)
+    chosen = pretraining_recipe(args.recipe, args.objective, args.preset, continued_width=width)
     lr = chosen.lr if args.lr is None else args.lr
     warmup = chosen.warmup if args.warmup is None else args.warmup
     betas = chosen.betas if args.beta2 is None else (0.9, args.beta2)

@@ -12,7 +12,9 @@ import torch
 from torch import nn
 
 from .errors import BertforgeError
+from .families import family_of, resolve
 from .formats.hf import load_pretrained, read_config
+from .load import load_tokenizer, read_model
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .tasks.common import in_length_order, token_types
@@ -81,9 +83,16 @@ class Embedder:
         `precision`: fp32; bf16 (the matrix products in bf16: about 1.7x faster on a CPU with
         AVX512-BF16 or a recent GPU; vectors then differ from fp32 ones by ~1e-2 at most); int8
         (the linear layers quantized, CPU only; see `bertforge.quantize`). Vectors are fp32 always."""
-        if read_config(directory).model_type == "elmo":
-            return ELMoEmbedder.from_pretrained(directory, device, precision)
-        return cls(load_pretrained(directory, device=device), Tokenizer.from_pretrained(directory),
+        config = read_config(directory)
+        family = family_of(config)
+        family.supports("embed", directory)
+        return resolve(family.embedder).load(directory, config, device, precision)
+
+    @classmethod
+    def load(cls, directory: str, config, device: str | torch.device = "cpu", precision: str = "fp32") -> "Embedder":
+        """A Transformer's encoder (heads in the checkpoint are left out), with the settings of a
+        sentence-transformers directory."""
+        return cls(load_pretrained(directory, device=device, config=config), load_tokenizer(directory, config),
                    **sentence_transformers_settings(directory), precision=precision)
 
     def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
@@ -152,14 +161,11 @@ class ELMoEmbedder:
         self.autocast = for_inference(self.model, precision)
 
     @classmethod
-    def from_pretrained(cls, directory: str, device: str | torch.device = "cpu",
-                        precision: str = "fp32") -> "ELMoEmbedder":
-        from .data.words import WordVocab
-        from .formats import native
+    def load(cls, directory: str, config, device: str | torch.device = "cpu", precision: str = "fp32") -> "ELMoEmbedder":
         from .models.elmo import ELMoLanguageModel
 
-        return cls(native.load_model(ELMoLanguageModel, directory, device).bert, WordVocab.from_pretrained(directory),
-                   precision=precision)
+        model = read_model(directory, config, family_of(config), ELMoLanguageModel, device)
+        return cls(model.bert, load_tokenizer(directory, config), precision=precision)
 
     def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
         limit = max_length or self.max_length
@@ -206,6 +212,9 @@ def check_output(path: str) -> None:
         raise BertforgeError(f"{path}: vectors are written as .npy (sentence vectors) or .jsonl; name the file so")
 
 
+SBERT_ENCODER = "Transformer"  # sentence-transformers' name for the module that holds the encoder
+
+
 def sentence_transformers_settings(directory: str) -> dict:
     """The pooling, normalisation and length a sentence-transformers directory declares (empty for
     any other directory). Only what this embedder can do is read; a module it cannot apply (a Dense
@@ -218,7 +227,7 @@ def sentence_transformers_settings(directory: str) -> dict:
     settings = {}
     for module in modules:
         kind = module.get("type", "").rsplit(".", 1)[-1]
-        if kind == "Transformer":
+        if kind == SBERT_ENCODER:
             config = os.path.join(directory, module.get("path", ""), "sentence_bert_config.json")
             if os.path.exists(config):
                 with open(config, encoding="utf-8") as f:

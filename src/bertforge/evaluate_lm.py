@@ -21,7 +21,7 @@ from .data.batches import MaskingOptions, PretrainingData
 from .data.shards import build_shards
 from .errors import BertforgeError
 from .formats.hf import head_keys, load_pretrained, read_config, read_weights
-from .objectives import BertPretraining
+from .models.objectives import BertPretraining
 from .tokenizer import Tokenizer
 from .training.trainer import evaluate
 

@@ -7,35 +7,28 @@ import os
 import torch
 
 from .checks import check, count
-from .config import GPTConfig
 from .errors import BertforgeError
-from .formats.hf import load_pretrained, read_config
-from .objectives import BertPretraining
-from .tokenizer import MASK, Tokenizer
+from .load import load
+from .models.objectives import BertPretraining
+from .tokenizer import MASK
 
 
 class FillMask:
     """A loaded model and tokenizer, ready to answer many queries."""
 
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
-        config = read_config(directory)
-        if "ElectraForPreTraining" in (config.architectures or ()):
-            generator = os.path.join(directory, "generator")
-            where = f"its generator does: bertforge fill-mask {generator}" if os.path.isdir(generator) else \
-                "its generator (ElectraForMaskedLM) does"
-            raise BertforgeError(f"{directory}: an ELECTRA discriminator tells replaced tokens from original ones and "
-                                 f"has no masked-LM head; {where}")
-        if isinstance(config, GPTConfig):
-            raise BertforgeError(f"{directory}: a left-to-right language model (GPT-1) has no masked-LM head; "
-                                 "fill-mask needs a BERT-family model (continue text with `bertforge generate`)")
-        self.tokenizer = Tokenizer.from_pretrained(directory)
         try:
-            self.model = load_pretrained(directory, cls=BertPretraining, device=device, sentence=None).eval()
+            loaded = load(directory, device, model=BertPretraining, use="fill-mask", sentence=None)
         except BertforgeError as e:
-            if "missing weights: mlm." in str(e):
-                raise BertforgeError(f"{directory}: no masked-LM head in this checkpoint (a BertModel?); "
-                                     "fill-mask needs one (BertForPreTraining or BertForMaskedLM)") from None
-            raise
+            if "missing weights: mlm." not in str(e):
+                raise
+            generator = os.path.join(directory, "generator")
+            if os.path.isdir(generator):  # ELECTRA's discriminator: its generator is the masked LM
+                raise BertforgeError(f"{directory}: a discriminator has no masked-LM head; its generator does: "
+                                     f"bertforge fill-mask {generator}") from None
+            raise BertforgeError(f"{directory}: no masked-LM head in this checkpoint (a BertModel?); "
+                                 "fill-mask needs one (BertForPreTraining or BertForMaskedLM)") from None
+        self.model, self.tokenizer = loaded.model, loaded.tokenizer
 
     def __call__(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """For each `[MASK]` in `text`, the `top_k` most likely tokens with their probabilities."""

@@ -11,30 +11,21 @@ import sys
 import torch
 
 from .checks import check
-from .config import GPTConfig
-from .data.words import FILE as WORDS_FILE
-from .data.words import WordVocab
 from .errors import BertforgeError
+from .families import family_of
 from .formats import native
-from .formats.hf import load_into, load_pretrained, read_config
+from .formats.hf import load_into, read_config
+from .load import load, load_tokenizer
 from .progress import progress as progress_bar
 from .quantize import for_inference
-from .recipe import finetuning_lr
 from .report import header, say
-from .tasks import task_from_config
 from .tasks.common import FinetuneData, lm_count, read_text
+from .tasks.tagging import TAGGERS
 from .tokenizer import Tokenizer
 from .training.atomic import atomic_file
 from .training.trainer import TrainOptions, distributed_setup, train
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
-
-# ULMFiT's classifier (Howard & Ruder, 2018, section 3.3, and fastai's text_classifier_learner): a
-# peak of 1e-2 at the head, / 2.6 per layer down (discriminative rates), slanted triangular rates,
-# Adam's beta1 lowered to 0.7; gradual unfreezing (one more layer every half epoch unless
-# --unfreeze-every says otherwise); fastai's classifier dropouts at its drop_mult 0.5.
-ULMFIT = {"lr": 1e-2, "betas": (0.7, 0.99), "schedule": "slanted", "warmup": 0.1, "layer_decay": 1 / 2.6}
-ULMFIT_DROPOUTS = {"output_p": 0.2, "hidden_p": 0.15, "input_p": 0.2, "embed_p": 0.025, "weight_p": 0.25}
 
 
 def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
@@ -59,43 +50,25 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     (the CLI's command and options, `replay.run_arguments`) is saved at the top of run_config.json, for
     `--config` to replay the run.
     """
-    if isinstance(task, str):
-        from .tasks import make_task
-
-        task = make_task(task)
-    if crf:
-        if task.family != "ner":
-            raise BertforgeError(f"a CRF is for token tagging (task ner or tagging), not the {task.name} task")
-        task.crf = True
-    if tagger is not None:
-        if task.family != "ner":
-            raise BertforgeError(f"--tagger is for token tagging (task ner or tagging), not the {task.name} task")
-        if tagger not in ("taglm", "taglm-baseline"):
-            raise BertforgeError(f"unknown tagger {tagger!r}; choose taglm or taglm-baseline")
-        task.tagger, task.crf = tagger, True  # TagLM decodes with a CRF
+    task = _task_options(task, crf, tagger)
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
                         ("eval_every", eval_every), ("lm_weight", lm_weight), ("max_train_samples", max_train_samples),
                         ("max_eval_samples", max_eval_samples)):
         check(name, value)
     base = read_config(model)
-    gpt = isinstance(base, GPTConfig)
-    recurrent = base.model_type in native.NATIVE_TYPES
-    if base.model_type == "awd-lstm":
-        if task.family != "classification":
-            raise BertforgeError(f"{model}: an AWD-LSTM fine-tunes for classification and regression (ULMFiT's "
-                                 f"classifier), not {task.name}")
-        base = type(base)(**{**base.to_dict(), **ULMFIT_DROPOUTS})
-    if base.model_type == "elmo" and task.family not in ("classification", "ner"):
-        raise BertforgeError(f"{model}: ELMo's features serve classification, regression and tagging, not {task.name}")
-    if lm_weight and not gpt:
+    family = family_of(base)
+    family.supports_task(task.family, task.name, model)
+    if family.finetuning_config:  # e.g. ULMFiT's classifier dropouts
+        base = type(base)(**{**base.to_dict(), **family.finetuning_config})
+    if lm_weight and not family.input_transforms:
         raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
-    lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if gpt else 0.0
+    lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if family.input_transforms else 0.0
     if options is None:
         options = TrainOptions(out=out, **default_finetuning(base))
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = load_tokenizer(model)
-    if gpt:
+    if family.input_transforms:
         tokenizer = tokenizer.with_input_transforms()
     positions = getattr(base, "max_length", None)  # a recurrent model reads any length
     if positions and task.max_seq_length > positions:
@@ -114,32 +87,14 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         if n and rank == 0:
             print(f"{name}: {task.truncation_message(n, total)}", file=sys.stderr)
 
-    config = task.configure(base, names, classifier_dropout)
-    torch.manual_seed(options.seed)
-    net = task.build_model(config)
-    if recurrent:
-        native.load_encoder(net, model)
-    else:
-        load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
-    if hasattr(net, "keep_lm_layers"):  # ELMo's frozen biLM: read each sentence once, not once per epoch
-        net.keep_lm_layers()
-    if getattr(task, "crf", False):  # ... and a CRF from the training data's tag bigrams (see CRF.init_from_paths)
-        net.crf.init_from_paths(task.word_paths(train_features))
-    pad_id = tokenizer.pad_id
-    collate = lambda f: task.collate(f, pad_id)  # noqa: E731
-    if gpt:
-        add_transform_tokens(net.bert, tokenizer)
-        # HF's GPT sequence classifier finds the extract token as the last one that is not padding.
-        net.bert.config.pad_token_id = pad_id
-        if lm_weight:
-            net.loss_weights = {"lm": lm_weight}
-            collate = lambda f: lm_count(task.collate(f, pad_id))  # noqa: E731
+    net, collate = _task_model(task, base, names, classifier_dropout, model, tokenizer, train_features, lm_weight,
+                               options.seed)
     data = FinetuneData(train_features, collate, task.length, batch_size, options.seed, rank, world, options.accum)
     per_epoch = data.steps_per_epoch
     options.steps = options.steps or max(1, round(epochs * per_epoch))
     options.eval_every = eval_every or per_epoch
     options.save_every = options.save_every or per_epoch
-    if base.model_type == "awd-lstm" and options.unfreeze_every is None and options.layer_decay != 1.0:
+    if family.gradual_unfreezing and options.unfreeze_every is None and options.layer_decay != 1.0:
         options.unfreeze_every = max(1, per_epoch // 2)
     options.select = options.select or task.metrics[0]
 
@@ -151,21 +106,63 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
                   "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
                   "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
                   "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight}
-    if getattr(task, "crf", False):
+    if task.crf:
         run_config["crf"] = True
-    if getattr(task, "tagger", None):
+    if task.tagger:
         run_config["tagger"] = task.tagger
     return train(net, data, options, tokenizer, {**(command_line or {}), **run_config}, resume, evaluator)
 
 
+def _task_options(task, crf: bool, tagger: str | None):
+    """The task (made from its name when a string), with a CRF or TagLM's tagger when asked for."""
+    if isinstance(task, str):
+        from .tasks import make_task
+
+        task = make_task(task)
+    if crf:
+        if task.family != "ner":
+            raise BertforgeError(f"a CRF is for token tagging (task ner or tagging), not the {task.name} task")
+        task.crf = True
+    if tagger is not None:
+        if task.family != "ner":
+            raise BertforgeError(f"--tagger is for token tagging (task ner or tagging), not the {task.name} task")
+        if tagger not in TAGGERS:
+            raise BertforgeError(f"unknown tagger {tagger!r}; choose {' or '.join(TAGGERS)}")
+        task.tagger, task.crf = tagger, True  # TagLM decodes with a CRF
+    return task
+
+
+def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, train_features, lm_weight: float,
+                seed: int):
+    """The task's model with the encoder of `model` loaded and its head fresh, and the batch collator."""
+    family = family_of(base)
+    config = task.configure(base, names, classifier_dropout)
+    torch.manual_seed(seed)
+    net = task.build_model(config)
+    if family.native:
+        native.load_encoder(net, model)
+    else:
+        load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
+    if hasattr(net, "keep_lm_layers"):  # ELMo's frozen biLM: read each sentence once, not once per epoch
+        net.keep_lm_layers()
+    if task.crf:  # ... and a CRF from the training data's tag bigrams (see CRF.init_from_paths)
+        net.crf.init_from_paths(task.word_paths(train_features))
+    pad_id = tokenizer.pad_id
+    collate = lambda f: task.collate(f, pad_id)  # noqa: E731
+    if family.input_transforms:
+        add_transform_tokens(net.bert, tokenizer)
+        # HF's GPT sequence classifier finds the extract token as the last one that is not padding.
+        net.bert.config.pad_token_id = pad_id
+        if lm_weight:
+            net.loss_weights = {"lm": lm_weight}
+            collate = lambda f: lm_count(task.collate(f, pad_id))  # noqa: E731
+    return net, collate
+
+
 def default_finetuning(config) -> dict:
-    """The optimisation a model of `config`'s family fine-tunes with by default: ULMFiT's for an
-    AWD-LSTM, Adam at 1e-3 for ELMo's task biLSTM (its biLM frozen), else a rate by width."""
-    if config.model_type == "awd-lstm":
-        return dict(ULMFIT)
-    if config.model_type == "elmo":
-        return {"lr": 1e-3, "warmup": 0.1}
-    return {"lr": finetuning_lr(config.hidden_size), "warmup": 0.1}
+    """The optimisation a model of `config`'s family fine-tunes with by default (its family's:
+    ULMFiT's for an AWD-LSTM, Adam at 1e-3 for ELMo's task biLSTM, else a rate by width)."""
+    return family_of(config).call("finetuning", config)
 
 
 # Below this many examples, featurising and predicting take a few seconds at most: no progress is
@@ -233,21 +230,10 @@ def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
 
 def load_finetuned(directory: str, device: str | torch.device = "cpu"):
     """A fine-tuned model, its task and tokenizer, as saved by `finetune`."""
-    config = read_config(directory)
-    task = task_from_config(config, os.path.join(directory, "config.json"))
-    if config.model_type in native.NATIVE_TYPES:  # built as the task builds it (TagLM with or without LM states)
-        model = native.load_model(task.build_model, directory, device)
-    else:
-        model = load_pretrained(directory, cls=type(task.build_model(config)), device=device)
-    return model.eval(), task, load_tokenizer(directory)
-
-
-def load_tokenizer(directory: str):
-    """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`)."""
-    if os.path.exists(os.path.join(directory, WORDS_FILE)):
-        native.check_words(directory, read_config(directory))
-        return WordVocab.from_pretrained(directory)
-    return Tokenizer.from_pretrained(directory)
+    loaded = load(directory, device)
+    if loaded.task is None:
+        raise BertforgeError(f"{os.path.join(directory, 'config.json')}: not a fine-tuned model (no task in config.json)")
+    return loaded.model, loaded.task, loaded.tokenizer
 
 
 def label_names_of(model) -> list[str] | None:

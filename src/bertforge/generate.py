@@ -9,11 +9,11 @@ import sys
 import torch
 
 from .checks import POSITIVE, check
-from .config import GPTConfig
+from .families import family_of
 from .errors import BertforgeError
 from .formats.hf import load_pretrained, read_config
 from .models.gpt import Cache
-from .objectives import CausalLMPretraining
+from .models.objectives import CausalLMPretraining
 from .tokenizer import Tokenizer
 
 
@@ -45,7 +45,7 @@ class Generator:
 
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
         config = read_config(directory)
-        if not isinstance(config, GPTConfig):
+        if "generate" not in family_of(config).uses:
             raise BertforgeError(f"{directory}: generate needs a left-to-right language model (GPT-1, "
                                  f"--objective gpt); this is a {config.architectures[0]}")
         self.config = config

@@ -1,85 +1,41 @@
 """The pretraining recipe: corpus -> tokenizer -> shards -> instances -> masked batches -> the loop,
-for BERT and its descendants, chosen by name from `OBJECTIVES`."""
+for BERT, its descendants and GPT, by objective name (`families.objective_names()`)."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from .checks import check
-from .config import GPTConfig, gpt_preset, modernbert_preset
-from .config import preset as size_preset
+from .config import default_preset
 from .data.batches import MaskingOptions, PretrainingData
 from .data.corpus import corpus_sentences, find_files
 from .data.shards import build_shards, shard_key
 from .errors import BertforgeError
 from .formats.hf import head_keys, load_into, parts, read_config, read_weights
 from .models.bert import Dropout
-from .objectives import BertPretraining, CausalLMPretraining, ElectraPretraining
-from .pretrain_recurrent import RECURRENT_OBJECTIVES
-from .recipe import default_preset, pretraining_recipe, vocabulary_size
+from .families import FAMILIES, Family, Objective, resolve
+from .families import objective as find_objective
+from .recipe import pretraining_recipe, vocabulary_size
 from .tokenizer import KINDS, Tokenizer
 from .training.atomic import atomic_directory
 from .training.checkpoints import latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
 
 
-@dataclass(frozen=True)
-class Objective:
-    """One pretraining objective: the encoder family, the loss terms (which also decide the inputs:
-    sentence pairs for nsp/sop, packed full sentences otherwise), the default masking scheme and
-    model settings, and its batch size. Optimisation defaults come from `recipe`."""
-
-    model_type: str
-    terms: tuple[str, ...]
-    masking: dict = field(default_factory=dict)  # MaskingOptions fields
-    model: dict = field(default_factory=dict)
-    batch_size: int = 32
-
-
-OBJECTIVES = {
-    # BERT: masked LM + next-sentence prediction on sentence pairs.
-    "bert": Objective("bert", ("mlm", "nsp")),
-    # RoBERTa: masked LM alone on full sentences packed across documents, dynamic masking; twice
-    # BERT's batch (the paper's 8k batches are out of a CPU's reach; its beta2 is in `recipe`).
-    "roberta": Objective("roberta", ("mlm",), model={"type_vocab_size": 1}, batch_size=64),
-    # SpanBERT: masked whole-word spans + span-boundary objective, single segments, no NSP.
-    "span": Objective("bert", ("mlm", "sbo"), masking={"scheme": "span"}),
-    # ALBERT: factorised embeddings (E=128), one set of layer weights shared by all layers, n-gram
-    # masking + sentence-order prediction.
-    "albert": Objective("albert", ("mlm", "sop"), masking={"scheme": "ngram"},
-                        model={"embedding_size": 128, "num_hidden_groups": 1}),
-    # ELECTRA: a 1/4-width generator fills the masks, the discriminator spots replaced tokens. The
-    # generator's input: [MASK] at 85% of the chosen positions, the rest left unchanged and no
-    # random tokens (its pretrain_helpers.mask); the discriminator sees samples at all of them.
-    "electra": Objective("electra", ("mlm", "rtd"), masking={"replace_prob": 0.85, "random_prob": 0.0}),
-    # ModernBERT: masked LM alone (30% in its recipe) on packed full sentences, over its own encoder
-    # (pre-LayerNorm, rotary, GeGLU, no biases, local/global attention).
-    "modernbert": Objective("modernbert", ("mlm",)),
-    # GPT-1: a left-to-right LM over the same packed rows, every next token predicted, nothing masked.
-    "gpt": Objective("openai-gpt", ("lm",)),
-}
-
-
 def build_objective(name: str, config, generator_fraction: float = 0.25, terms: tuple[str, ...] | None = None):
-    """The objective module for `name` over an encoder of `config` (whose model_type is the objective's),
-    with the objective's loss terms or the given subset of them."""
-    terms = terms or OBJECTIVES[name].terms
-    if name == "electra":
-        return ElectraPretraining(config, generator_fraction)
-    if name == "gpt":
-        return CausalLMPretraining(config)
-    sentence = next((t for t in terms if t in ("nsp", "sop")), None)
-    return BertPretraining(config, sentence=sentence, span_boundary="sbo" in terms)
+    """The objective module for `name` over a model of `config` (of the objective's family), with
+    the objective's loss terms or the given subset of them."""
+    _, chosen = find_objective(name)
+    return resolve(chosen.build)(config, terms or chosen.terms, generator_fraction)
 
 
 def masking_options(name: str, **given) -> MaskingOptions:
     """The objective's masking, with any option the user gave (None: not given) taking precedence."""
-    return MaskingOptions(**{**OBJECTIVES[name].masking, **{k: v for k, v in given.items() if v is not None}})
+    return MaskingOptions(**{**find_objective(name)[1].masking, **{k: v for k, v in given.items() if v is not None}})
 
 
 def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None = None, vocab_size: int | None = None,
@@ -113,118 +69,57 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     command and options, `replay.run_arguments`) is saved at the top of run_config.json, for `--config`
     to replay the run. Returns the trainer's summary.
     """
-    if objective in RECURRENT_OBJECTIVES:
+    family, record = find_objective(objective)
+    if family.pipeline != "subword":
         raise BertforgeError(f"{objective} is a word-level recurrent language model: call "
                              "bertforge.pretrain_recurrent (the CLI's pretrain --objective takes both)")
-    if objective not in OBJECTIVES:
-        raise BertforgeError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}, "
-                             f"or {', '.join(RECURRENT_OBJECTIVES)} (pretrain_recurrent)")
     for name, value in (("vocab_size", vocab_size), ("max_seq_length", max_seq_length), ("batch_size", batch_size),
                         ("short_seq_prob", short_seq_prob), ("eval_fraction", eval_fraction),
                         ("generator_fraction", generator_fraction), ("dropout", dropout)):
         check(name, value)
-    terms = OBJECTIVES[objective].terms
+    terms, start = record.terms, None
     if init:
         start, terms = continued(init, objective, tokenizer, positions)
-        positions, preset = start["positions"], None  # the checkpoint's
+        positions, preset = start.positions, None  # the checkpoint's
     else:
-        preset = preset or default_preset(options.max_minutes if options else None)
-    chosen = pretraining_recipe(recipe, objective, preset, OBJECTIVES[objective].model_type,
-                                continued_width=start["config"].hidden_size if init else None)
-    recipe = OBJECTIVES[objective]
+        preset = preset or family.default_preset or default_preset(options.max_minutes if options else None)
+    chosen = pretraining_recipe(recipe, objective, preset, continued_width=start.hidden_size if init else None)
     positions = positions or chosen.positions
     dropout = chosen.dropout if dropout is None else dropout
-    if positions not in ("absolute", "rotary"):
-        raise BertforgeError(f"unknown positions {positions!r}; choose absolute or rotary")
-    if init and isinstance(start["config"], GPTConfig):  # the checkpoint's order
-        own = "pre" if start["config"].pre_norm else "post"
-        if layer_norm not in (None, own):
-            raise BertforgeError(f"{init}: its layer order is {own}; drop --layer-norm {layer_norm}")
-        layer_norm = own
+    check_positions(family, record, positions)
     saved = _saved_run_config(out) if resume else None
-    if resume and layer_norm is None and recipe.model_type == "openai-gpt":
-        # the run's own order; a run saved before the order was a choice had GPT-1's
-        layer_norm = saved.get("layer_norm", "post")
-    layer_norm = layer_norm or chosen.layer_norm
-    if layer_norm not in ("pre", "post"):
-        raise BertforgeError(f"unknown layer norm order {layer_norm!r}; choose pre or post")
-    if layer_norm == "pre" and recipe.model_type != "openai-gpt":
-        raise BertforgeError("--layer-norm pre is GPT-2's order, for --objective gpt (ModernBERT's is pre by design)")
-    if positions == "rotary" and recipe.model_type == "openai-gpt":
-        raise BertforgeError("GPT-1's positions are learned (absolute): drop --positions rotary")
-    if positions == "rotary" and recipe.model_type not in ("bert", "modernbert"):
-        raise BertforgeError(f"rotary positions need --objective bert, span or modernbert (transformers has no "
-                             f"rotary {recipe.model_type}); use --positions absolute")
-    if positions == "absolute" and recipe.model_type == "modernbert":
-        raise BertforgeError("ModernBERT's positions are rotary: drop --positions absolute")
+    layer_norm = _layer_order(family, layer_norm or None, chosen.layer_norm, start, saved, init)
     if vocab_kind is not None and (tokenizer or init or resume):
         raise BertforgeError("a vocabulary kind applies only to a vocabulary learned on the corpus: drop it, or drop "
                              "--tokenizer/--init/--resume")
-    vocab_kind = vocab_kind or ("bpe" if objective == "gpt" else "wordpiece")
+    vocab_kind = vocab_kind or family.vocab_kind
     if vocab_kind not in KINDS:
         raise BertforgeError(f"unknown vocabulary kind {vocab_kind!r}; choose one of {', '.join(KINDS)}")
     options = options or TrainOptions(out=out, lr=chosen.lr, warmup=chosen.warmup, betas=chosen.betas,
                                       schedule=chosen.schedule)
     options.out = out
     masking = masking or masking_options(objective, mask_prob=chosen.mask_prob)
-    batch_size = batch_size or recipe.batch_size
-    rank, world, _ = distributed_setup()
+    batch_size = batch_size or record.batch_size
     files = find_files(corpus)
     run_config = {
         "objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset,
-        "generator_fraction": generator_fraction if objective == "electra" else None, "max_seq_length": max_seq_length,
+        "generator_fraction": generator_fraction if record.generator else None, "max_seq_length": max_seq_length,
         "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
         "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
         "recipe": chosen.name, "positions": positions, "pretraining_dropout": dropout,
-        "layer_norm": layer_norm if recipe.model_type == "openai-gpt" else None,
+        "layer_norm": layer_norm if len(family.layer_norms) > 1 else None,
         "init": os.path.abspath(init) if init else None, "terms": list(terms),
     }
-    tokenizer_dir = os.path.join(out, "tokenizer")
-    if resume:
-        tok = _resume_tokenizer(out, tokenizer, run_config, saved)
-    else:
-        if latest_checkpoint(out):
-            raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
-        if tokenizer or init:
-            tok = Tokenizer.from_pretrained(tokenizer or init)
-        elif rank == 0:
-            if vocab_size is None:
-                size = sum(os.path.getsize(f) * (4 if f.endswith(".gz") else 1) for f in files)
-                vocab_size = vocabulary_size(size)
-                _log_vocabulary(vocab_size, size, options.progress)
-            tok = Tokenizer.train(texts=corpus_sentences(files, layout, text_field), vocab_size=vocab_size,
-                                  lowercase=lowercase, show_progress=options.progress,
-                                  kind=vocab_kind)
-        if rank == 0:
-            with atomic_directory(tokenizer_dir) as tmp:
-                tok.save_pretrained(tmp)
-        _barrier(world)
-        tok = Tokenizer.from_pretrained(tokenizer_dir)
-
+    rank, world, _ = distributed_setup()
+    tok = _run_tokenizer(out, files, tokenizer or init, resume, run_config, saved, vocab_size, lowercase, vocab_kind,
+                         options.progress, rank, world)
     if rank == 0:
         shards = build_shards(files, tok, cache_dir, layout, text_field, progress=options.progress)
     _barrier(world)
     if rank != 0:
         shards = build_shards(files, tok, cache_dir, layout, text_field, progress=False)
 
-    if init:
-        config = start["config"]
-    elif recipe.model_type == "modernbert":
-        ids = {f"{name}_token_id": tok_id for name, tok_id in (("cls", tok.cls_id), ("sep", tok.sep_id),
-                                                               ("bos", tok.cls_id), ("eos", tok.sep_id))}
-        config = modernbert_preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, **ids,
-                                   **(model_overrides or {}))
-    elif recipe.model_type == "openai-gpt":  # rows start with [CLS] and documents end with [SEP]
-        config = gpt_preset(preset, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, bos_token_id=tok.cls_id,
-                            eos_token_id=tok.sep_id, model_type="gpt2" if layer_norm == "pre" else "openai-gpt",
-                            **(model_overrides or {}))
-    else:
-        model_type = "roformer" if positions == "rotary" else recipe.model_type
-        overrides = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "model_type": model_type,
-                     **recipe.model, **(model_overrides or {})}
-        if recipe.model_type == "roberta":  # room for RoBERTa's position offset (514 rows for 512 tokens)
-            overrides.setdefault("max_position_embeddings", 512 + tok.pad_id + 1)
-        config = size_preset(preset, **overrides)
+    config = start or family.call("new_config", preset, tok, record, positions, layer_norm, model_overrides)
     if max_seq_length > config.max_length:
         raise BertforgeError(f"max_seq_length {max_seq_length} exceeds the model's {config.max_length} positions")
     data = PretrainingData(shards, tok, batch_size, max_seq_length, short_seq_prob, masking, options.seed,
@@ -238,6 +133,64 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     facts = {"model": config.to_dict(), "shards": shards.directory,
              "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents)}
     return train(model, data, options, tok, {**(command_line or {}), **run_config, **facts}, resume)
+
+
+def check_positions(family: Family, record: Objective, positions: str) -> None:
+    """The positions asked for are ones the objective's family can be saved with."""
+    if positions not in ("absolute", "rotary"):
+        raise BertforgeError(f"unknown positions {positions!r}; choose absolute or rotary")
+    if positions in record.positions:
+        return
+    if positions == "rotary":
+        rotary = [o.name for f in FAMILIES for o in f.objectives if "rotary" in o.positions]
+        raise BertforgeError(f"rotary positions need --objective {', '.join(rotary[:-1])} or {rotary[-1]} "
+                             f"(transformers has no rotary {record.model_type}); use --positions absolute")
+    raise BertforgeError(f"{family.describe}'s positions are {record.positions[0]}: drop --positions {positions}")
+
+
+def _layer_order(family: Family, given: str | None, default: str, start, saved: dict | None, init: str | None) -> str:
+    """The layer order of the run: a continued checkpoint's own, a resumed run's own, the one given,
+    or the recipe's."""
+    choice = len(family.layer_norms) > 1
+    if start is not None and choice:
+        if given not in (None, start.layer_norm):
+            raise BertforgeError(f"{init}: its layer order is {start.layer_norm}; drop --layer-norm {given}")
+        given = start.layer_norm
+    if saved is not None and given is None and choice:
+        # the run's own order; a run saved before the order was a choice had the paper's
+        given = saved.get("layer_norm", family.layer_norms[0])
+    given = given or default
+    if given not in ("pre", "post"):
+        raise BertforgeError(f"unknown layer norm order {given!r}; choose pre or post")
+    if given not in family.layer_norms:
+        raise BertforgeError(f"--layer-norm {given}: {family.describe} models are built in one order "
+                             f"({family.layer_norms[0]}-LayerNorm); drop it")
+    return given
+
+
+def _run_tokenizer(out: str, files: list[str], given: str | None, resume: bool, run_config: dict, saved: dict | None,
+                   vocab_size: int | None, lowercase: bool, kind: str, show: bool, rank: int, world: int) -> Tokenizer:
+    """The run's tokenizer: the resumed run's, the directory `given`, or a vocabulary learned on
+    `files` (saved under `out/tokenizer` either way)."""
+    if resume:
+        return _resume_tokenizer(out, given, run_config, saved)
+    if latest_checkpoint(out):
+        raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
+    tokenizer_dir = os.path.join(out, "tokenizer")
+    if given:
+        tok = Tokenizer.from_pretrained(given)
+    elif rank == 0:
+        if vocab_size is None:
+            size = sum(os.path.getsize(f) * (4 if f.endswith(".gz") else 1) for f in files)
+            vocab_size = vocabulary_size(size)
+            _log_vocabulary(vocab_size, size, show)
+        tok = Tokenizer.train(texts=corpus_sentences(files, run_config["layout"], run_config["text_field"]),
+                              vocab_size=vocab_size, lowercase=lowercase, show_progress=show, kind=kind)
+    if rank == 0:
+        with atomic_directory(tokenizer_dir) as tmp:
+            tok.save_pretrained(tmp)
+    _barrier(world)
+    return Tokenizer.from_pretrained(tokenizer_dir)
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> None:
@@ -255,31 +208,27 @@ RESUME_KEYS = ("objective", "generator_fraction", "corpus", "max_seq_length", "b
                "layout", "text_field", "eval_fraction", "seed", "positions", "pretraining_dropout", "init", "terms",
                "layer_norm")
 
-# The objective that continues a checkpoint of each family (RoFormer: BERT's, with rotary positions).
-FAMILY_OBJECTIVE = {"bert": "bert", "roformer": "bert", "roberta": "roberta", "albert": "albert",
-                    "electra": "electra", "modernbert": "modernbert", "openai-gpt": "gpt", "gpt2": "gpt"}
 
-
-def continued(init: str, objective: str, tokenizer: str | None, positions: str | None) -> tuple[dict, tuple]:
-    """What continuing the checkpoint `init` with `objective` starts from: its config and positions,
-    and the objective's terms less a sentence-pair term the checkpoint has no head for (printed)."""
+def continued(init: str, objective: str, tokenizer: str | None, positions: str | None) -> tuple[object, tuple]:
+    """What continuing the checkpoint `init` with `objective` starts from: its config, and the
+    objective's terms less a sentence-pair term the checkpoint has no head for (printed)."""
     if tokenizer:
         raise BertforgeError("--init brings the checkpoint's own tokenizer: drop --tokenizer")
     config = read_config(init)
-    family = FAMILY_OBJECTIVE.get(config.model_type)
-    if family != objective and not (family == "bert" and objective == "span"):
-        raise BertforgeError(f"{init}: a {config.model_type} checkpoint; continue it with --objective {family}")
-    own = "rotary" if config.model_type in ("roformer", "modernbert") else "absolute"
-    if positions not in (None, own):
-        raise BertforgeError(f"{init}: its positions are {own}; drop --positions {positions}")
-    terms = OBJECTIVES[objective].terms
+    _, record = find_objective(objective)
+    if not record.can_continue(config.model_type):
+        own = next((o.name for f in FAMILIES for o in f.objectives if o.can_continue(config.model_type)), None)
+        raise BertforgeError(f"{init}: a {config.model_type} checkpoint; continue it with --objective {own}")
+    if positions not in (None, config.positions):
+        raise BertforgeError(f"{init}: its positions are {config.positions}; drop --positions {positions}")
+    terms = record.terms
     names = set(read_weights(init, config.model_type)[0])
     heads = head_keys(config.model_type)
     for term in ("nsp", "sop"):
         if term in terms and not {theirs for _, theirs in heads.get("nsp", [])} & names:
             print(f"{init} has no {term.upper()} head: continuing with masked LM alone", flush=True)
             terms = tuple(t for t in terms if t != term)
-    return {"config": config, "positions": own}, terms
+    return config, terms
 
 
 def _saved_run_config(out: str) -> dict:

@@ -21,23 +21,25 @@ from dataclasses import dataclass
 import torch
 
 from .checks import check
-from .config import AWD_LSTM_PRESETS, ELMO_PRESETS, AWDLSTMConfig, awd_lstm_preset, elmo_preset
+from .config import AWDLSTMConfig, awd_lstm_preset, elmo_preset
 from .data.corpus import FileReport, find_files, read_units, split_sentences
 from .data.streams import LMStreams, read_documents
 from .data.words import BOS_WORD, EOS_WORD, WordVocab, word_characters
 from .errors import BertforgeError
+from .families import objective as find_objective
+from .families import resolve
 from .formats import native
-from .objectives import BiLMPretraining, RecurrentLMPretraining
+from .models.objectives import BiLMPretraining, RecurrentLMPretraining
 from .training.checkpoints import latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
 
-RECURRENT_OBJECTIVES = ("awd-lstm", "elmo")
 # AWD-LSTM trains through a sampled softmax of this many words by default when its vocabulary is
 # over 4x larger: measured on the Gutenberg corpus (44,609 words), 3 minutes give 177 steps and a
 # held-out loss of 6.22 (12.7% of next words) against 54 steps and 6.58 (8.0%) with the full
 # softmax, which needs 10 minutes to reach 6.23. The held-out loss is always the full softmax's.
 SAMPLED_WORDS = 2048
 DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
+EMBEDDINGS = "bert.embeddings.weight"  # the AWD-LSTM's word embeddings in its state dict
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ BILM = Optimisation(lr=2e-3, betas=(0.9, 0.999), schedule="one-cycle", warmup=0.
 
 def default_options(out: str, init: str | None, objective: str = "awd-lstm", **given) -> TrainOptions:
     """The objective's (and stage's) optimisation defaults, with any option given (None: not given) on top."""
-    chosen = BILM if objective == "elmo" else LM_FINETUNING if init else PRETRAINING
+    chosen = LM_FINETUNING if init else resolve(find_objective(objective)[1].optimisation)
     values = {"lr": chosen.lr, "betas": chosen.betas, "schedule": chosen.schedule, "warmup": chosen.warmup,
               "clip": chosen.clip, "layer_decay": chosen.layer_decay}
     values.update({k: v for k, v in given.items() if v is not None})
@@ -97,12 +99,12 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     options) is saved at the top of run_config.json, for `--config` to replay the run; the resume
     check leaves it out. Returns the trainer's summary.
     """
-    if objective not in RECURRENT_OBJECTIVES:
-        raise BertforgeError(f"unknown recurrent objective {objective!r}; "
-                             f"choose one of {', '.join(RECURRENT_OBJECTIVES)}")
-    elmo = objective == "elmo"
+    family, record = find_objective(objective)
+    if family.pipeline != "word":
+        raise BertforgeError(f"{objective} is not a recurrent language model: call bertforge.pretrain")
+    elmo = family.lm == "bidirectional"  # ELMo's biLM, else an AWD-LSTM
     bptt = bptt or (20 if elmo else 70)
-    batch_size = batch_size or (32 if elmo else 64)
+    batch_size = batch_size or record.batch_size
     for name, value in (("vocab_size", vocab_size), ("batch_size", batch_size), ("eval_fraction", eval_fraction)):
         check(name, value)
     for name, value in (("min_freq", min_freq), ("bptt", bptt)):
@@ -117,10 +119,9 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         raise BertforgeError("ELMo's biLM reads both directions and starts fresh: drop --init and --backwards")
     if init and preset:
         raise BertforgeError("--init continues a model of its own size: drop --preset")
-    presets = ELMO_PRESETS if elmo else AWD_LSTM_PRESETS
-    preset = None if init else preset or ("elmo-cpu" if elmo else "awd-lstm-small")
-    if preset and preset not in presets:
-        raise BertforgeError(f"unknown preset {preset!r} for {objective}; choose one of {', '.join(presets)}")
+    preset = None if init else preset or family.default_preset
+    if preset and preset not in family.presets:
+        raise BertforgeError(f"unknown preset {preset!r} for {objective}; choose one of {', '.join(family.presets)}")
     options = options or default_options(out, init, objective)
     options.out = out
     rank, world, _ = distributed_setup()
@@ -216,15 +217,14 @@ def match_vocabulary(model: RecurrentLMPretraining, init: str, vocab: WordVocab)
     old_vocab = WordVocab.from_pretrained(init)
     old = RecurrentLMPretraining(native.read_config(init))
     native.load(old, init)
-    state = {k: v for k, v in old.state_dict().items() if k not in ("bert.embeddings.weight", "decoder.weight",
-                                                                    "decoder.bias")}
+    state = {k: v for k, v in old.state_dict().items() if k not in (EMBEDDINGS, "decoder.weight", "decoder.bias")}
     old_rows = old.bert.embeddings.weight.detach()
     rows = old_rows.mean(0).repeat(vocab.vocab_size, 1)  # (V_new, E)
     bias = old.decoder.bias.detach().mean().repeat(vocab.vocab_size) if old.decoder.bias is not None else None
     known = [(i, old_vocab.index[w]) for i, w in enumerate(vocab.words) if w in old_vocab.index]
     new_ids, old_ids = (torch.tensor(ids) for ids in zip(*known))
     rows[new_ids] = old_rows[old_ids]
-    state["bert.embeddings.weight"] = rows
+    state[EMBEDDINGS] = rows
     if bias is not None:
         bias[new_ids] = old.decoder.bias.detach()[old_ids]
         state["decoder.bias"] = bias

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from .errors import BertforgeError
+from .families import objective as objective_record
 
-RECIPES = ("small-budget", "bert-2018")
+PAPERS = "bert-2018"  # the papers' own settings
+RECIPES = ("small-budget", PAPERS)
 
 # Peak learning rates of the small-budget recipe by size, with rotary positions. Measured: tiny
 # (best of 5e-4, 1e-3, 2e-3, 4e-3 in 3-minute runs) and mini; the larger sizes continue the usual
@@ -47,37 +49,33 @@ class PretrainingRecipe:
         return asdict(self)
 
 
-def pretraining_recipe(name: str, objective: str, preset: str | None, model_type: str,
+def pretraining_recipe(name: str, objective: str, preset: str | None,
                        continued_width: int | None = None) -> PretrainingRecipe:
-    """The defaults of `name` for `objective` (whose encoder family is `model_type`) at size `preset`,
-    or, continuing a pretrained model `continued_width` wide, at the rate that fine-tunes it.
+    """The defaults of recipe `name` for `objective` (a name of `families.objective_names()`) at size
+    `preset`, or, continuing a pretrained model `continued_width` wide, at the rate that fine-tunes it.
 
-    Rotary positions need a family with a rotary HF class: BERT's objectives (bert, span) become
-    RoFormer; RoBERTa, ALBERT and ELECTRA keep absolute positions, and with them half the rotary
-    rate (the family benchmark found RoBERTa collapsing at 1e-3 on bert-mini, fine at 5e-4).
-    ModernBERT is rotary by design and masks 30%, as its paper does. GPT-1 (objective gpt) keeps
-    its learned positions, masks nothing and decays the rate along a cosine, as its paper did, but
+    Small-budget: rotary positions where the objective has a rotary HF class (BERT's objectives
+    become RoFormer; ModernBERT is rotary by design); the others keep their learned positions, and
+    with them half the rotary rate (the family benchmark found RoBERTa collapsing at 1e-3 on
+    bert-mini, fine at 5e-4). Masking, schedule and layer order are the objective's: ModernBERT
+    masks 30% as its paper does, GPT masks nothing, decays along a cosine as GPT-1's paper did, and
     takes GPT-2's layer order, which leaves the unigram plateau in half the steps of GPT-1's
-    (README: "GPT-1's layer order").
+    (README: "GPT-1's layer order"). "bert-2018" is BERT's paper (Devlin et al., 2019) with each
+    objective's own paper's differences (`Objective.paper`).
     """
     if name not in RECIPES:
         raise BertforgeError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
+    _, chosen = objective_record(objective)
     if continued_width:
-        return replace(pretraining_recipe(name, objective, preset, model_type), lr=finetuning_lr(continued_width))
-    if name == "bert-2018":
-        # Devlin et al. (2019); RoBERTa's objective keeps its paper's beta2 and doubled rate.
-        roberta = objective == "roberta"
-        if model_type == "openai-gpt":  # Radford et al. (2018): 2.5e-4, 2,000 warm-up steps, cosine
-            return PretrainingRecipe(name, "absolute", 2.5e-4, 0.01, (0.9, 0.999), 0.1, 0.0, "one-cycle")
-        return PretrainingRecipe(name, "rotary" if model_type == "modernbert" else "absolute",
-                                 2e-4 if roberta else 1e-4, 0.01,
-                                 (0.9, 0.98) if roberta else (0.9, 0.999), 0.1, 0.15)
-    rotary = model_type in ("bert", "modernbert")
+        return replace(pretraining_recipe(name, objective, preset), lr=finetuning_lr(continued_width))
+    if name == PAPERS:
+        paper = {"lr": 1e-4, "warmup": 0.01, "betas": (0.9, 0.999), "dropout": 0.1, "mask_prob": 0.15,
+                 **chosen.paper}
+        return PretrainingRecipe(name, chosen.positions[0], **paper)
     lr = ROTARY_LR.get(preset, 1e-3)
-    mask_prob = {"modernbert": 0.3, "openai-gpt": 0.0}.get(model_type, 0.15)
-    gpt = model_type == "openai-gpt"
-    return PretrainingRecipe(name, "rotary" if rotary else "absolute", lr if rotary else lr / 2, 0.1,
-                             (0.9, 0.98), 0.0, mask_prob, "one-cycle" if gpt else "linear", "pre" if gpt else "post")
+    return PretrainingRecipe(name, "rotary" if chosen.rotary else chosen.positions[0],
+                             lr if chosen.rotary else lr / 2, 0.1, (0.9, 0.98), 0.0, chosen.mask_prob,
+                             chosen.schedule, chosen.layer_norm)
 
 
 def finetuning_lr(hidden_size: int) -> float:
@@ -94,6 +92,11 @@ def finetuning_lr(hidden_size: int) -> float:
     return 2e-5
 
 
+def finetuning_by_width(config) -> dict:
+    """The fine-tuning defaults of a Transformer: warm-up over 10% of the steps to the rate of its width."""
+    return {"lr": finetuning_lr(config.hidden_size), "warmup": 0.1}
+
+
 def vocabulary_size(corpus_bytes: int) -> int:
     """The size of a vocabulary learned on a corpus of this many bytes (compressed files count at
     four times their size): 8,192 pieces below 10 MB, 16,384 below 100 MB, else BERT's 30,522.
@@ -105,12 +108,3 @@ def vocabulary_size(corpus_bytes: int) -> int:
     if corpus_bytes < 10_000_000:
         return 8192
     return 16384 if corpus_bytes < 100_000_000 else 30522
-
-
-def default_preset(max_minutes: float | None) -> str:
-    """The model size for a budget: bert-tiny for ten minutes or less, else bert-mini.
-
-    Measured on the demo's corpus: in 3 minutes bert-tiny reaches 25% held-out MLM accuracy at
-    22k tokens/s; bert-mini, at 4.6k tokens/s, has seen a fifth as many tokens and reaches 18%.
-    """
-    return "bert-tiny" if max_minutes is not None and max_minutes <= 10 else "bert-mini"

@@ -60,6 +60,9 @@ class Encoding:
         return len(self.ids)
 
 
+# transformers' slow class for a WordPiece vocabulary (its fast twin reads tokenizer.json)
+WORDPIECE_CLASS = "BertTokenizer"
+
 class Tokenizer:
     """A BERT WordPiece tokenizer. Build one with `train`, `from_vocab` or `from_pretrained`."""
 
@@ -296,7 +299,7 @@ class Tokenizer:
             # A BPE with BERT's special tokens is no HF slow class, and GPT-1's input
             # transforms live in tokenizer.json's post-processor: the generic fast tokenizer reads
             # tokenizer.json as it is.
-            "tokenizer_class": "BertTokenizer" if self.kind == "wordpiece" and not self.transforms
+            "tokenizer_class": WORDPIECE_CLASS if self.kind == "wordpiece" and not self.transforms
             else "PreTrainedTokenizerFast",
             "do_lower_case": self.lowercase,
             "strip_accents": self.strip_accents,

@@ -38,7 +38,31 @@ _HF_BOOKKEEPING = {
 
 
 class HFConfig:
-    """What every family's config does alike: check the task keys HF writes, and write itself as HF does."""
+    """What every family's config does alike: read itself from a `config.json`'s contents, check the
+    task keys HF writes, and write itself as HF does."""
+
+    # Keys read and ignored beside HF's bookkeeping (a family's own bookkeeping, older spellings).
+    IGNORED_KEYS: frozenset = frozenset()
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config"):
+        """Build a config from a dict, ignoring bookkeeping keys; unknown keys are errors naming `source`."""
+        try:
+            if not isinstance(data, dict):
+                raise BertforgeError(f"expected a JSON object, found {type(data).__name__}")
+            data = cls._prepare(data)
+            names = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(data) - names - _HF_BOOKKEEPING - cls.IGNORED_KEYS)
+            if unknown:
+                raise BertforgeError(f"unknown key(s) {', '.join(unknown)}")
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except BertforgeError as e:
+            raise BertforgeError(f"{source}: {e}") from None
+
+    @classmethod
+    def _prepare(cls, data: dict) -> dict:
+        """A family's own reading of the keys before they are checked (another spelling, say)."""
+        return data
 
     def _check_ranges(self, counts: tuple = (), probabilities: tuple = (), positives: tuple = ()) -> None:
         """The fields named in `counts` are positive integers, in `probabilities` dropout rates in

@@ -68,6 +68,18 @@ class GPTConfig(HFConfig):
                    f"an id below vocab_size={self.vocab_size}", value)
         self._check_heads()
 
+    # Older OpenAI GPT configs also hold `n_ctx` (the same as n_positions) and `n_special`,
+    # `predict_special_tokens`, which nothing reads.
+    IGNORED_KEYS = frozenset({"predict_special_tokens", "n_ctx", "n_special"})
+
+    @classmethod
+    def _prepare(cls, data: dict) -> dict:
+        if data.get("model_type") == "gpt2":
+            data = gpt2_values(data)
+        if data.get("n_ctx", data.get("n_positions")) != data.get("n_positions"):
+            raise BertforgeError(f"n_ctx {data['n_ctx']} differs from n_positions {data.get('n_positions')}")
+        return data
+
     def hf_dict(self) -> dict:
         values = self.to_dict()
         if self.pre_norm:  # GPT2Config's spelling; its token ids default to GPT-2's vocabulary's, so always written
@@ -76,6 +88,8 @@ class GPTConfig(HFConfig):
         return values
 
     pre_norm = property(lambda self: self.model_type == "gpt2")
+    layer_norm = property(lambda self: "pre" if self.pre_norm else "post")
+    positions = "absolute"
     # BERT's names for the same values, read by code shared by every family.
     hidden_size = property(lambda self: self.n_embd)
     num_hidden_layers = property(lambda self: self.n_layer)
@@ -129,3 +143,12 @@ def gpt_preset(name: str, **overrides) -> GPTConfig:
     values = {"n_layer": size["num_hidden_layers"], "n_embd": size["hidden_size"], "n_head": size["num_attention_heads"]}
     values.update(overrides)
     return GPTConfig(**values)
+
+
+def pretraining_config(size: str, tokenizer, objective, positions: str, layer_norm: str,
+                       overrides: dict | None = None) -> GPTConfig:
+    """The config of a new GPT pretraining run at `size` in `layer_norm` order ("pre": GPT-2's,
+    saved as gpt2), for `tokenizer`'s vocabulary: rows start with [CLS] and documents end with [SEP]."""
+    return gpt_preset(size, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+                      bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id,
+                      model_type="gpt2" if layer_norm == "pre" else "openai-gpt", **(overrides or {}))

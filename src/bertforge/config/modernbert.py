@@ -65,6 +65,9 @@ class ModernBertConfig(HFConfig):
     finetuning_task: str | None = None
     bertforge_task: dict | None = None
 
+    IGNORED_KEYS = frozenset({"deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index",
+                              "reference_compile", "repad_logits_with_grad", "norm_bias_enabled"})
+
     def __post_init__(self) -> None:
         self._check_ranges(counts=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                                    "intermediate_size", "max_position_embeddings", "local_attention"),
@@ -125,6 +128,7 @@ class ModernBertConfig(HFConfig):
     # BERT's names for what code shared by every family reads (the MLM head, task heads, ELECTRA's
     # checks, the tokenizer check): ModernBERT has one token type and no factorised embeddings.
     word_size = property(lambda self: self.hidden_size)
+    positions = "rotary"
     embedding_size = None
     type_vocab_size = 1
     num_hidden_groups = None
@@ -135,10 +139,6 @@ class ModernBertConfig(HFConfig):
 
 # The keys ModernBERT's HF config writes that say nothing about the model we build (flash-attention
 # and compilation switches, sparse-prediction settings of HF's own loss).
-_MODERNBERT_BOOKKEEPING = {"deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index",
-                           "reference_compile", "repad_logits_with_grad", "norm_bias_enabled"}
-
-
 def modernbert_preset(name: str, **overrides) -> ModernBertConfig:
     """A ModernBERT of a BERT preset's depth, width and heads. The GeGLU width is 8/3 of the hidden
     size (rounded to 64), which gives the feed-forward layers BERT's 8 H^2 weights per layer."""
@@ -149,3 +149,13 @@ def modernbert_preset(name: str, **overrides) -> ModernBertConfig:
     values["max_position_embeddings"] = 512
     values.update(overrides)
     return ModernBertConfig(**values)
+
+
+def pretraining_config(size: str, tokenizer, objective, positions: str, layer_norm: str,
+                       overrides: dict | None = None) -> ModernBertConfig:
+    """The config of a new ModernBERT pretraining run at `size`, for `tokenizer`'s vocabulary (its
+    [CLS] and [SEP] also begin and end sequences)."""
+    ids = {f"{name}_token_id": tok_id for name, tok_id in (("cls", tokenizer.cls_id), ("sep", tokenizer.sep_id),
+                                                           ("bos", tokenizer.cls_id), ("eos", tokenizer.sep_id))}
+    return modernbert_preset(size, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id, **ids,
+                             **(overrides or {}))

@@ -16,7 +16,8 @@ import warnings
 import torch
 from torch import nn
 
-from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig, load_config
+from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig
+from ..families import load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.bert import rotary_tables
@@ -392,7 +393,7 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
 
 
 def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu", new_heads: bool = False,
-                    **options):
+                    config=None, **options):
     """Load any HF BERT, ALBERT, RoBERTa, ELECTRA, RoFormer or ModernBERT directory (the encoder
     classes, pretraining and task models) as `cls`.
 
@@ -401,9 +402,10 @@ def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu"
     the encoder at `.bert` and heads named as in `head_keys` (e.g. `BertPretraining`), whose heads
     must be in the checkpoint unless `new_heads` allows fresh ones. A checkpoint without a pooler
     (HF's `BertForMaskedLM`, ELECTRA, token-level task models) gets a freshly initialised one,
-    with a warning. `options` go to `cls` (e.g. `sentence=None`).
+    with a warning. `options` go to `cls` (e.g. `sentence=None`). `config`: the directory's, when
+    already read.
     """
-    config = read_config(directory)
+    config = config or read_config(directory)
     model = encoder(config, **options) if cls is None or cls in ENCODERS else cls(config, **options)
     for sub, part in parts(model).items():
         load_into(part, _join(directory, sub), new_heads, config if not sub else None)

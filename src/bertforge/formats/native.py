@@ -1,4 +1,5 @@
-"""bertforge's own checkpoint format, for families `transformers` has no class for (AWD-LSTM).
+"""bertforge's own checkpoint format, for families `transformers` has no class for (AWD-LSTM, ELMo:
+those whose record says `native`).
 
 The same shape as an HF directory: `config.json` (with its `model_type`), `model.safetensors`
 holding the module's own parameter names, and the vocabulary. A weight tied to another (AWD-LSTM's
@@ -14,16 +15,16 @@ import os
 import torch
 from torch import nn
 
-from ..config import load_config
+from ..families import family_of, load_config
 from ..errors import BertforgeError
 
-NATIVE_TYPES = ("awd-lstm", "elmo")
 WEIGHTS = "model.safetensors"
 
 
 def is_native(model: nn.Module) -> bool:
+    """Whether `model` (an objective or task model, or a bare encoder) is of a family saved in this format."""
     config = getattr(getattr(model, "bert", model), "config", None)
-    return getattr(config, "model_type", None) in NATIVE_TYPES
+    return config is not None and family_of(config).native
 
 
 def _tied(model: nn.Module) -> set[str]:
@@ -103,13 +104,14 @@ def parameter_count(directory: str) -> int:
 
 def read_config(directory: str):
     config = load_config(directory)
-    if config.model_type not in NATIVE_TYPES:
-        raise BertforgeError(f"{directory}: a {config.model_type} checkpoint, not one of {', '.join(NATIVE_TYPES)}")
+    if not family_of(config).native:
+        raise BertforgeError(f"{directory}: a {config.model_type} checkpoint, which is saved in transformers' format")
     return config
 
 
-def load_model(build, directory: str, device: str | torch.device = "cpu") -> nn.Module:
-    """`build(config)` (a model class, or a task's builder) from the directory's config, loaded with its weights."""
-    model = build(read_config(directory))
+def load_model(build, directory: str, device: str | torch.device = "cpu", config=None) -> nn.Module:
+    """`build(config)` (a model class, or a task's builder) from the directory's config (`config`
+    when already read), loaded with its weights."""
+    model = build(config or read_config(directory))
     load(model, directory)
     return model.to(device)

@@ -19,7 +19,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..config import GPTConfig
+from ..families import family_of
 from ..errors import BertforgeError
 from .hf import has_masked_lm_head, load_pretrained, read_config
 
@@ -50,8 +50,7 @@ def exportable(directory: str) -> tuple[Exportable, list[str], str]:
     """The model in `directory` wrapped for export, its output names, and its task family (or
     "encoder" / "pretraining")."""
     config = read_config(directory)
-    if isinstance(config, GPTConfig):
-        raise BertforgeError(f"{directory}: a GPT-1 model; export writes BERT-family models")
+    family_of(config).supports("onnx", directory)
     if config.bertforge_task:
         from ..finetune import load_finetuned
 
@@ -59,7 +58,7 @@ def exportable(directory: str) -> tuple[Exportable, list[str], str]:
         names = ["start_logits", "end_logits"] if task.family == "qa" else ["logits"]
         return Exportable(model, task.family).eval(), names, task.family
     if has_masked_lm_head(config):
-        from ..objectives import BertPretraining
+        from ..models.objectives import BertPretraining
 
         sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None
         model = load_pretrained(directory, cls=BertPretraining, sentence=sentence)

@@ -1,11 +1,12 @@
 """The models: BERT and the descendants that share its layer (bert.py), ModernBERT (modernbert.py),
-GPT-1 (gpt.py).
+GPT-1 (gpt.py), the recurrent language models (awd_lstm.py, elmo.py), and what they share (heads,
+objectives).
 
-`encoder(config)` builds the one a config describes; everything above the encoder (objectives,
-task heads, checkpoints) goes through it.
+`encoder(config)` builds the backbone a config describes, as its family says; everything above the
+encoder (objectives, task heads, checkpoints) goes through it.
 """
 
-from ..config import BertConfig, GPTConfig, ModernBertConfig
+from ..families import family_of
 from .bert import Bert
 from .gpt import GPT
 from .modernbert import ModernBert
@@ -13,8 +14,6 @@ from .modernbert import ModernBert
 ENCODERS = (Bert, ModernBert, GPT)
 
 
-def encoder(config: BertConfig | ModernBertConfig | GPTConfig, pooler: bool = True) -> Bert | ModernBert | GPT:
+def encoder(config, pooler: bool = True):
     """The encoder (or GPT-1's decoder) `config` describes, with its pooler unless `pooler=False`."""
-    if isinstance(config, GPTConfig):
-        return GPT(config)
-    return ModernBert(config, pooler) if isinstance(config, ModernBertConfig) else Bert(config, pooler)
+    return family_of(config).call("encoder", config, pooler)

@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from ..config import GPTConfig
+from ..families import family_of
 from ..embed import Embedder
 from ..errors import BertforgeError
 from ..finetune import label_names_of, load_finetuned
@@ -30,9 +30,7 @@ class Engine:
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
         self.directory = directory
         self.config = config = read_config(directory)
-        if isinstance(config, GPTConfig):
-            raise BertforgeError(f"{directory}: a GPT-1 model; the service serves BERT-family models "
-                                 "(continue text with `bertforge generate`)")
+        family_of(config).supports("serve", directory)
         self.task = self.fill = None
         self.names = None
         if config.bertforge_task:

@@ -16,16 +16,19 @@ from torch import nn
 
 from ..config import BertConfig, GPTConfig
 from ..errors import BertforgeError
-from ..heads import ClassifierHead
+from ..models.heads import ClassifierHead
 from ..metrics import accuracy
 from ..models import encoder
 from ..models.bert import init_weights
-from .common import auxiliary_lm, finetuned_config, inference_batches, pad, place, read_records, token_types
+from .common import auxiliary_lm, build_task_model, finetuned_config, inference_batches, pad, place, read_records, token_types
 from .common import field as column_of
 
 
 @dataclass
 class MultipleChoiceTask:
+
+    crf = False  # a CRF is for token tagging (class attributes: not saved with the task)
+    tagger = None
     name: str = "multiple-choice"
     text_column: str = "context"
     choice_columns: list[str] = field(default_factory=lambda: ["choices"])  # one list-valued field, or several
@@ -110,7 +113,10 @@ class MultipleChoiceTask:
             batch["counts"] = {self.term: len(features)}
         return batch
 
-    def build_model(self, config: BertConfig) -> "ChoiceScorer":
+    def build_model(self, config: BertConfig) -> nn.Module:
+        return build_task_model(self, config)
+
+    def encoder_model(self, config: BertConfig) -> "ChoiceScorer":
         return ChoiceScorer(config)
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:

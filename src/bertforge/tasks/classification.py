@@ -15,17 +15,20 @@ from torch import nn
 
 from ..config import BertConfig, GPTConfig
 from ..errors import BertforgeError
-from ..heads import ClassifierHead, concat_pool
+from ..models.heads import ClassifierHead, concat_pool
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
 from ..models import encoder
 from ..models.bert import init_weights
-from .common import auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, place, read_records, token_types
+from .common import auxiliary_lm, build_task_model, encoder_inputs, finetuned_config, inference_batches, place, read_records, token_types
 from .common import field as column_of
 
 
 @dataclass
 class ClassificationTask:
     """How to read a classification or regression dataset and score predictions on it."""
+
+    crf = False  # a CRF is for token tagging (class attributes: not saved with the task)
+    tagger = None
 
     name: str = "classification"
     text_column: str | int = "text"
@@ -150,12 +153,11 @@ class ClassificationTask:
 
     # ---- model, prediction, scores -----------------------------------------------------------
 
-    def build_model(self, config: BertConfig) -> "SequenceClassifier | RecurrentClassifier":
-        if config.model_type == "elmo":
-            from .elmo_features import ELMoClassifier
+    def build_model(self, config: BertConfig) -> nn.Module:
+        return build_task_model(self, config)
 
-            return ELMoClassifier(config)
-        return RecurrentClassifier(config) if config.model_type == "awd-lstm" else SequenceClassifier(config)
+    def encoder_model(self, config: BertConfig) -> "SequenceClassifier":
+        return SequenceClassifier(config)
 
     def configure(self, config: BertConfig, names: list[str] | None, classifier_dropout: float | None) -> BertConfig:
         """The config of the fine-tuned model: HF's label keys plus how to read inputs."""
@@ -277,7 +279,7 @@ class RecurrentClassifier(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        from ..heads import PoolingClassifierHead
+        from ..models.heads import PoolingClassifierHead
         from ..models.awd_lstm import AWDLSTM
 
         self.bert = AWDLSTM(config)
@@ -330,3 +332,8 @@ def glue_task(name: str, max_seq_length: int = 128) -> ClassificationTask:
     if name not in GLUE:
         raise BertforgeError(f"unknown GLUE task {name!r}; choose one of {', '.join(GLUE)}")
     return ClassificationTask(name=name, max_seq_length=max_seq_length, **GLUE[name])
+
+
+def recurrent_task_model(task, config) -> RecurrentClassifier:
+    """An AWD-LSTM's task model: ULMFiT's classifier (the family fine-tunes for nothing else)."""
+    return RecurrentClassifier(config)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..errors import BertforgeError
 from ..models.elmo import ELMo
 
 WORD_DIM = 100  # the task's own word vectors (GloVe's 100 in the paper's NER baseline)
@@ -189,3 +190,15 @@ class TagLMTagger(OverFrozenLM):
     def forward(self, batch: dict) -> tuple[dict, dict]:
         tags = batch["labels"].gather(1, batch["word_positions"])  # (B, W); padding masked out below
         return {"crf": self.crf.nll(self.emissions(batch), tags, batch["word_mask"]).sum()}, {}
+
+
+def task_model(task, config) -> nn.Module:
+    """An ELMo biLM's task model: a classifier or a tagger over its frozen layers, or TagLM's tagger."""
+    if task.family == "classification":
+        return ELMoClassifier(config)
+    if task.tagger is not None:
+        return TagLMTagger(config, lm_states=task.tagger == "taglm")
+    if task.crf:
+        raise BertforgeError("--crf is for BERT-family taggers and TagLM (--tagger taglm); ELMo's recipe "
+                             "tags each word on its own")
+    return ELMoTagger(config)

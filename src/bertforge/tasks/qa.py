@@ -21,13 +21,14 @@ from torch import nn
 
 from ..config import BertConfig
 from ..errors import BertforgeError
-from ..heads import ClassifierHead
+from ..models.heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.modernbert import Head
 from .common import (
     auxiliary_lm,
+    build_task_model,
     encoder_inputs,
     finetuned_config,
     inference_batches,
@@ -41,6 +42,9 @@ from .common import (
 
 @dataclass
 class QuestionAnsweringTask:
+
+    crf = False  # a CRF is for token tagging (class attributes: not saved with the task)
+    tagger = None
     name: str = "qa"
     max_seq_length: int = 384
     doc_stride: int = 128
@@ -221,7 +225,10 @@ class QuestionAnsweringTask:
             batch["counts"] = {self.term: len(features)}
         return batch
 
-    def build_model(self, config: BertConfig) -> "QuestionAnswerer":
+    def build_model(self, config: BertConfig) -> nn.Module:
+        return build_task_model(self, config)
+
+    def encoder_model(self, config: BertConfig) -> "QuestionAnswerer":
         return QuestionAnswerer(config)
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:

@@ -18,7 +18,7 @@ from torch import nn
 from ..config import BertConfig
 from ..data.masking import IGNORE
 from ..errors import BertforgeError
-from ..heads import ClassifierHead
+from ..models.heads import ClassifierHead
 from ..metrics import entities, entity_scores
 from ..models import encoder
 from ..models.bert import init_weights
@@ -26,6 +26,7 @@ from ..models.crf import CRF
 from ..models.modernbert import Head
 from .common import (
     auxiliary_lm,
+    build_task_model,
     encoder_inputs,
     finetuned_config,
     inference_batches,
@@ -56,6 +57,10 @@ def convert(tags: list[str], scheme: str) -> list[str]:
                 raise BertforgeError(f"unknown tagging scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
             out[i] = f"{prefix}-{kind}"
     return out
+
+
+# TagLM's tagger over an ELMo biLM's states, and the same tagger without them
+TAGGERS = ("taglm", "taglm-baseline")
 
 
 @dataclass
@@ -237,19 +242,13 @@ class TaggingTask:
         """The gold tag ids of each sentence's words that have a piece, in order (the CRF's paths)."""
         return [[f["labels"][f["first_piece"][w]] for w in sorted(f["first_piece"])] for f in features]
 
-    def build_model(self, config: BertConfig) -> "TokenClassifier":
-        if self.tagger is not None and config.model_type != "elmo":
+    def build_model(self, config: BertConfig) -> nn.Module:
+        return build_task_model(self, config)
+
+    def encoder_model(self, config: BertConfig) -> "TokenClassifier":
+        if self.tagger is not None:
             raise BertforgeError(f"--tagger {self.tagger} reads the states of a biLM: give an ELMo model "
                                  "(pretrain --objective elmo)")
-        if config.model_type == "elmo":
-            from .elmo_features import ELMoTagger, TagLMTagger
-
-            if self.tagger in ("taglm", "taglm-baseline"):
-                return TagLMTagger(config, lm_states=self.tagger == "taglm")
-            if self.crf:
-                raise BertforgeError("--crf is for BERT-family taggers and TagLM (--tagger taglm); ELMo's recipe "
-                                     "tags each word on its own")
-            return ELMoTagger(config)
         return CRFTokenClassifier(config) if self.crf else TokenClassifier(config)
 
     def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:

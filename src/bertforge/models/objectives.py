@@ -20,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import AWDLSTMConfig, BertConfig, ELMoConfig, GPTConfig, ModernBertConfig
+from ..config import AWDLSTMConfig, BertConfig, ELMoConfig, GPTConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
-from .losses import sampled_softmax_loss, vocab_cross_entropy
-from .models import encoder
-from .models.awd_lstm import AWDLSTMLanguageModel
-from .models.bert import init_weights
-from .models.elmo import ELMoLanguageModel
+from ..losses import sampled_softmax_loss, vocab_cross_entropy
+from . import encoder
+from .awd_lstm import AWDLSTMLanguageModel
+from .bert import init_weights
+from .elmo import ELMoLanguageModel
 
 
 def mlm_head(config: BertConfig | ModernBertConfig) -> MLMHead:
@@ -270,3 +270,20 @@ class ElectraPretraining(nn.Module):
         losses["rtd"] = F.binary_cross_entropy_with_logits(scores, labels, reduction="sum")
         correct["rtd"] = ((scores > 0) == labels.bool()).sum()
         return losses, correct
+
+
+# The builders a family's objectives name (`families.Objective.build`): (config, terms, generator_fraction).
+
+
+def masked_lm(config, terms: tuple[str, ...], generator_fraction: float = 0.25) -> BertPretraining:
+    """Masked LM with the sentence-pair (nsp, sop) and span-boundary (sbo) terms asked for."""
+    sentence = next((t for t in terms if t in ("nsp", "sop")), None)
+    return BertPretraining(config, sentence=sentence, span_boundary="sbo" in terms)
+
+
+def electra(config, terms: tuple[str, ...], generator_fraction: float = 0.25) -> "ElectraPretraining":
+    return ElectraPretraining(config, generator_fraction)
+
+
+def causal_lm(config, terms: tuple[str, ...], generator_fraction: float = 0.25) -> CausalLMPretraining:
+    return CausalLMPretraining(config)

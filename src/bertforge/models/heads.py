@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .models.bert import activation
+from .bert import activation
 
 
 class MLMHead(nn.Module):

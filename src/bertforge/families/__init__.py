@@ -1,0 +1,83 @@
+"""The model families bertforge builds, in one list, and the lookups the generic code uses.
+
+Each family is one record (`base.Family`) in its own module; `FAMILIES` is the one registration
+list. Generic code asks `family_of(config)`, `objective(name)` and the record's fields, and never
+tests a family's name. A family defined elsewhere (a test's, a user's) joins with `register`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from ..config.base import _read_json
+from ..errors import BertforgeError
+from . import awd_lstm, bert, elmo, gpt, modernbert
+from .base import USES, Family, Objective, resolve
+
+__all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "family_of", "load_config", "objective",
+           "objective_names", "register", "resolve", "unregister"]
+
+FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.FAMILY, elmo.FAMILY]
+
+
+def register(family: Family) -> None:
+    """Add a family (its model types and objective names must be new)."""
+    taken = {t for f in FAMILIES for t in f.model_types} & set(family.model_types)
+    names = set(objective_names()) & {o.name for o in family.objectives}
+    if taken or names:
+        raise BertforgeError(f"family {family.name}: {', '.join(sorted(taken | names))} already registered")
+    FAMILIES.append(family)
+
+
+def unregister(family: Family) -> None:
+    FAMILIES.remove(family)
+
+
+def family_of(config_or_type) -> Family:
+    """The family of a config (or of a `model_type` string)."""
+    model_type = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    known = ", ".join(t for f in FAMILIES for t in f.model_types)
+    raise BertforgeError(f"unknown model_type {model_type!r}; bertforge reads {known}")
+
+
+def objective_names() -> list[str]:
+    return [o.name for f in FAMILIES for o in f.objectives]
+
+
+def objective(name: str) -> tuple[Family, Objective]:
+    """The family and record of a pretraining objective, by name."""
+    for family in FAMILIES:
+        for candidate in family.objectives:
+            if candidate.name == name:
+                return family, candidate
+    raise BertforgeError(f"unknown objective {name!r}; choose one of {', '.join(objective_names())}")
+
+
+def config_from_dict(data: dict, source: str = "config"):
+    """The config a `config.json`'s contents describe, of the family its `model_type` names (BERT's
+    when it has none, as `transformers` reads a bare BERT config). Unknown keys are errors naming
+    `source`."""
+    model_type = data.get("model_type", bert.FAMILY.model_types[0]) if isinstance(data, dict) else None
+    if not isinstance(model_type, str):
+        raise BertforgeError(f"{source}: model_type must be a string, got {model_type!r}")
+    try:
+        family = family_of(model_type)
+    except BertforgeError as e:
+        raise BertforgeError(f"{source}: {e}") from None
+    return family.config.from_dict(data, source)
+
+
+def load_config(path: str):
+    """Read a `config.json` (a file, or a directory holding one) of any registered family."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    return config_from_dict(_read_json(path), source=path)
+
+
+def with_fields(config, **fields):
+    """A copy of `config` with some fields changed (configs are dataclasses)."""
+    return dataclasses.replace(config, **fields)

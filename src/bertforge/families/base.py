@@ -1,0 +1,132 @@
+"""The records that describe a model family to the generic code.
+
+A `Family` says everything the CLI, pretraining, fine-tuning, the loaders and the service need to
+know about one family (its config class and sizes, its objectives, which checkpoint format and
+vocabulary it uses, which tasks and uses it supports, its fine-tuning defaults), so that none of
+them branches on a family's name. Code is named by dotted path ("module:attribute") and imported
+only when used: the records stay torch-free and the generic modules import no family's module (a
+family defined outside the library may give callables instead).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import BertforgeError
+
+# The uses a family may support, beyond pretraining and fine-tuning.
+USES = ("embed", "fill-mask", "generate", "evaluate-lm", "serve", "onnx", "allennlp")
+
+
+def resolve(path: str | Callable) -> Any:
+    """The attribute a dotted path names ("bertforge.models.objectives:masked_lm"); a family defined
+    outside the library may give the callable itself."""
+    if not isinstance(path, str):
+        return path
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One pretraining objective of a family.
+
+    `terms` are the loss terms (they also decide the inputs: sentence pairs for nsp/sop, packed
+    full sentences otherwise); `masking` the default MaskingOptions fields; `model` config fields
+    set for it (ALBERT's factorised embeddings). `build(config, terms, generator_fraction)` makes the
+    objective module. `positions` lists the positions it can train with (the first is the
+    paper's); `rotary` says whether the small-budget recipe gives it rotary positions (and with them
+    the full rotary learning rate). `paper` holds the "bert-2018" recipe's values where they differ
+    from BERT's.
+    """
+
+    name: str
+    model_type: str
+    terms: tuple[str, ...]
+    build: str
+    masking: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    batch_size: int = 32
+    masks: bool = True  # False: a left-to-right LM, which predicts every next token and masks nothing
+    generator: bool = False  # ELECTRA: trains a generator of `generator_fraction` width beside it
+    positions: tuple[str, ...] = ("absolute",)
+    rotary: bool = False
+    mask_prob: float = 0.15
+    schedule: str = "linear"
+    layer_norm: str = "post"  # the small-budget recipe's layer order (a family with a choice of order)
+    paper: dict = field(default_factory=dict)
+    continues: tuple[str, ...] = ()  # the model types `--init` may continue with it (default: its own)
+    optimisation: str | None = None  # recurrent objectives: the dotted path of their Optimisation
+
+    def can_continue(self, model_type: str) -> bool:
+        return model_type in (self.continues or (self.model_type,))
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: one record, registered once in `families.FAMILIES`.
+
+    `model_types`: the `config.json` model types it reads (the first is what it writes by
+    default). `config`: its config class; `presets`: its named sizes; `default_preset`: the size a
+    run without `--preset` gets (None: the budget's, `config.default_preset`). `pipeline`:
+    "subword" (pretrain.py: a sub-word tokenizer, shards, instances, masking) or "word"
+    (pretrain_recurrent.py: a word vocabulary, BPTT streams). `native`: checkpoints in bertforge's own
+    format (no `transformers` class). `vocab_kind`: the vocabulary learned for it. `tasks`: the task
+    families it fine-tunes for; `uses`: see `USES`. `lm`: what kind of language model its pretraining
+    checkpoint is ("masked", "causal", "bidirectional"), for evaluate-lm. `layer_norms`: the layer
+    orders it can be built in (the first is its paper's). `finetuning`: the dotted path of
+    `(config) -> dict` of TrainOptions defaults; `task_model`: of `(task, config) -> nn.Module`;
+    `encoder`: of `(config, pooler) -> nn.Module` (its backbone); `new_config`: of
+    `(preset, tokenizer, objective, positions, layer_norm, overrides) -> config`, a config for a new
+    pretraining run; `embedder`: of the class whose `load(directory, device, precision)` embeds
+    with it. `finetuning_config`: config fields set for fine-tuning (ULMFiT's classifier dropouts);
+    `gradual_unfreezing`: unfreeze a layer every half epoch by default; `finetuning_note`: the line
+    printed about the fine-tuning defaults (`{lr}`, `{layer_decay}`, `{schedule}`, `{width}`).
+    `input_transforms`: GPT-1's fine-tuning (three new tokens, an auxiliary LM loss). `describe`: a
+    few words for messages.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    config: type
+    presets: dict
+    objectives: tuple[Objective, ...]
+    encoder: str
+    task_model: str
+    finetuning: str
+    describe: str
+    pipeline: str = "subword"
+    native: bool = False
+    vocab_kind: str = "wordpiece"
+    default_preset: str | None = None
+    tasks: tuple[str, ...] = ("classification", "ner", "qa", "multiple-choice")
+    uses: tuple[str, ...] = ()
+    lm: str | None = None
+    layer_norms: tuple[str, ...] = ("post",)
+    new_config: str | None = None
+    embedder: str | None = None
+    finetuning_config: dict = field(default_factory=dict)
+    gradual_unfreezing: bool = False
+    finetuning_note: str = "peak learning rate {lr:g} for an encoder of width {width} (--lr to change)"
+    input_transforms: bool = False
+
+    def supports(self, use: str, source: str) -> None:
+        """Nothing when the family has `use`; else one error naming `source` and what it does have."""
+        if use not in self.uses:
+            raise BertforgeError(f"{source}: {use} is not for {self.describe} models; they support "
+                                 f"{', '.join(self.uses) or 'pretraining and fine-tuning only'}")
+
+    def supports_task(self, task_family: str, task_name: str, source: str) -> None:
+        if task_family not in self.tasks:
+            raise BertforgeError(f"{source}: {self.describe} models fine-tune for {', '.join(self.tasks)}, "
+                                 f"not {task_name}")
+
+    def call(self, hook: str, *args, **kwargs):
+        """Call the family's code named by the field `hook` (a dotted path)."""
+        path: str | None = getattr(self, hook)
+        if path is None:
+            raise BertforgeError(f"{self.describe} models have no {hook.replace('_', ' ')}")
+        function: Callable = resolve(path)
+        return function(*args, **kwargs)

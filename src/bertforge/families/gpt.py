@@ -1,0 +1,20 @@
+"""GPT-1 (Radford et al., 2018): a left-to-right Transformer decoder, in its own layer order or
+GPT-2's (a flag: `layer_norm`), fine-tuned through its input transforms."""
+
+from ..config.bert import PRESETS
+from ..config.gpt import GPT_TYPES, GPTConfig
+from .base import Family, Objective
+
+FAMILY = Family(
+    name="gpt", model_types=GPT_TYPES, config=GPTConfig, presets=PRESETS,
+    # Every next token predicted over the same packed rows, nothing masked. The small-budget recipe
+    # takes GPT-2's layer order and decays the rate along a cosine, as GPT-1's paper did; the
+    # paper's recipe is Radford et al.'s: 2.5e-4, cosine, GPT-1's order.
+    objectives=(Objective("gpt", "openai-gpt", ("lm",), "bertforge.models.objectives:causal_lm", masks=False,
+                          mask_prob=0.0, schedule="one-cycle", layer_norm="pre", continues=GPT_TYPES,
+                          paper={"lr": 2.5e-4, "mask_prob": 0.0, "schedule": "one-cycle"}),),
+    encoder="bertforge.models.gpt:GPT", task_model="bertforge.tasks.common:encoder_task_model",
+    finetuning="bertforge.recipe:finetuning_by_width", new_config="bertforge.config.gpt:pretraining_config",
+    embedder="bertforge.embed:Embedder", describe="GPT-1", vocab_kind="bpe", layer_norms=("post", "pre"),
+    uses=("embed", "generate"), lm="causal", input_transforms=True,
+)

@@ -1,0 +1,17 @@
+"""ModernBERT (Warner et al., 2024): a pre-LayerNorm encoder with rotary positions, GeGLU and
+local/global attention, pretrained with masked LM alone."""
+
+from ..config.bert import PRESETS
+from ..config.modernbert import ModernBertConfig
+from .base import Family, Objective
+
+FAMILY = Family(
+    name="modernbert", model_types=("modernbert",), config=ModernBertConfig, presets=PRESETS,
+    # masked LM alone (30% in its recipe) on packed full sentences
+    objectives=(Objective("modernbert", "modernbert", ("mlm",), "bertforge.models.objectives:masked_lm",
+                          positions=("rotary",), rotary=True, mask_prob=0.3),),
+    encoder="bertforge.models.modernbert:ModernBert", task_model="bertforge.tasks.common:encoder_task_model",
+    finetuning="bertforge.recipe:finetuning_by_width", new_config="bertforge.config.modernbert:pretraining_config",
+    embedder="bertforge.embed:Embedder", describe="ModernBERT",
+    uses=("embed", "fill-mask", "evaluate-lm", "serve", "onnx"), lm="masked",
+)

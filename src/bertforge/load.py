@@ -1,0 +1,82 @@
+"""One loader: a model directory -> its config, family, model, tokenizer and task, each read once.
+
+Every command that runs a saved model (predict, evaluate, serve, fill-mask, embed, generate,
+evaluate-lm, export, info) starts here, so that a directory is understood in one way: the family
+from `config.json`'s model type, the checkpoint format and the vocabulary from the family, the task
+from the config of a fine-tuned model.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .data.words import FILE as WORDS_FILE
+from .data.words import WordVocab
+from .families import Family, family_of, resolve
+from .formats import native
+from .formats.hf import load_pretrained, read_config
+from .tasks import task_from_config
+from .tokenizer import Tokenizer
+
+
+@dataclass
+class Loaded:
+    """What a model directory holds, read once."""
+
+    directory: str
+    config: object
+    family: Family
+    model: nn.Module
+    tokenizer: object
+    task: object | None = None  # a fine-tuned model's task; None for a pretrained one
+
+
+def load(directory: str, device: str | torch.device = "cpu", model=None, use: str | None = None,
+         **options) -> Loaded:
+    """Load the model in `directory`, in eval mode.
+
+    `model`: the class (or builder of a config) to load it as, e.g. an objective with its heads;
+    by default a fine-tuned model's task model, else the checkpoint as its family saved it (the
+    encoder of a Transformer: heads in the checkpoint are skipped; a recurrent family's language
+    model). `use` (see `families.USES`) is checked first, so that a family without it gets one error
+    listing what it supports. `options` go to `model` (e.g. `sentence=None`).
+    """
+    config = read_config(directory)
+    family = family_of(config)
+    if use is not None:
+        family.supports(use, directory)
+    task = task_from_config(config, os.path.join(directory, "config.json")) if config.bertforge_task else None
+    build = model or (task.build_model if task is not None else None)
+    net = read_model(directory, config, family, build, device, **options)
+    return Loaded(directory, config, family, net.eval(), load_tokenizer(directory, config), task)
+
+
+def read_model(directory: str, config, family: Family, build=None, device: str | torch.device = "cpu",
+               **options) -> nn.Module:
+    """The weights of `directory` in the model `build(config)` makes, read in the family's format."""
+    if family.native:  # bertforge's own layout; by default the model pretraining saved
+        build = build or resolve(family.objectives[0].build)
+        return native.load_model(lambda c: build(c, **options), directory, device, config)
+    return load_pretrained(directory, cls=build, device=device, config=config, **options)
+
+
+def load_tokenizer(directory: str, config=None):
+    """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`)."""
+    if os.path.exists(os.path.join(directory, WORDS_FILE)):
+        native.check_words(directory, config or read_config(directory))
+        return WordVocab.from_pretrained(directory)
+    return Tokenizer.from_pretrained(directory)
+
+
+def count_parameters(directory: str) -> tuple[object, int]:
+    """The config of `directory` and how many numbers its model holds (a tied weight once): read from
+    the weights file's header for our own format, else from the encoder as loaded."""
+    config = read_config(directory)
+    if family_of(config).native:
+        return config, native.parameter_count(directory)
+    model = load_pretrained(directory, config=config)
+    return config, sum(p.numel() for p in model.parameters())
