@@ -159,7 +159,7 @@ def parameters(run_dir: str) -> int:
 def random_init(pretrained: str, out: str, seed: int) -> None:
     """The pretrained model's architecture and vocabulary, randomly initialised, never pretrained."""
     code = ("import torch, shutil, os; from bertforge.config import load_config; from bertforge.formats import native; "
-            "from bertforge.formats.hf import save_pretrained; from bertforge.finetune import load_tokenizer; "
+            "from bertforge.formats.finetuned import load_tokenizer; from bertforge.formats.hf import save_pretrained; "
             f"torch.manual_seed({seed}); config = load_config({pretrained!r}); tok = load_tokenizer({pretrained!r})\n"
             "if config.model_type == 'awd-lstm':\n"
             "    from bertforge.models.awd_lstm import AWDLSTMLanguageModel as M\n"

@@ -13,7 +13,7 @@ from bertforge import BertforgeError, load_pretrained, save_pretrained
 from bertforge.cli import OBJECTIVE_NAMES, VOCAB_KINDS, main
 from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
-from bertforge.finetune import load_finetuned
+from bertforge.formats.finetuned import load_finetuned
 from bertforge.formats.hf import FAMILY_CLASS, to_hf
 from bertforge.heads import SpanBoundaryHead
 from bertforge.models.bert import Bert

@@ -10,21 +10,19 @@ import sys
 
 import torch
 
+from .atomic import atomic_file
 from .checks import check
 from .config import GPTConfig
-from .data.words import FILE as WORDS_FILE
-from .data.words import WordVocab
 from .errors import BertforgeError
 from .formats import native
-from .formats.hf import load_into, load_pretrained, read_config
+from .formats.finetuned import load_finetuned, load_tokenizer
+from .formats.hf import load_into, read_config
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .recipe import finetuning_lr
 from .report import header, say
-from .tasks import task_from_config
 from .tasks.common import FinetuneData, lm_count, read_text
 from .tokenizer import Tokenizer
-from .training.atomic import atomic_file
 from .training.trainer import TrainOptions, distributed_setup, train
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
@@ -229,25 +227,6 @@ def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
         new.weight[: old.num_embeddings] = old.weight
     decoder.embeddings.word = new
     decoder.config.vocab_size = tokenizer.vocab_size
-
-
-def load_finetuned(directory: str, device: str | torch.device = "cpu"):
-    """A fine-tuned model, its task and tokenizer, as saved by `finetune`."""
-    config = read_config(directory)
-    task = task_from_config(config, os.path.join(directory, "config.json"))
-    if config.model_type in native.NATIVE_TYPES:  # built as the task builds it (TagLM with or without LM states)
-        model = native.load_model(task.build_model, directory, device)
-    else:
-        model = load_pretrained(directory, cls=type(task.build_model(config)), device=device)
-    return model.eval(), task, load_tokenizer(directory)
-
-
-def load_tokenizer(directory: str):
-    """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`)."""
-    if os.path.exists(os.path.join(directory, WORDS_FILE)):
-        native.check_words(directory, read_config(directory))
-        return WordVocab.from_pretrained(directory)
-    return Tokenizer.from_pretrained(directory)
 
 
 def label_names_of(model) -> list[str] | None:

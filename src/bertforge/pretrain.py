@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from .atomic import atomic_directory
 from .checks import check
 from .config import GPTConfig, gpt_preset, modernbert_preset
 from .config import preset as size_preset
@@ -23,7 +24,6 @@ from .objectives import BertPretraining, CausalLMPretraining, ElectraPretraining
 from .pretrain_recurrent import RECURRENT_OBJECTIVES
 from .recipe import default_preset, pretraining_recipe, vocabulary_size
 from .tokenizer import KINDS, Tokenizer
-from .training.atomic import atomic_directory
 from .training.checkpoints import latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
 

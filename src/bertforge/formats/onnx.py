@@ -21,6 +21,7 @@ from torch import nn
 
 from ..config import GPTConfig
 from ..errors import BertforgeError
+from .finetuned import load_finetuned
 from .hf import has_masked_lm_head, load_pretrained, read_config
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -53,8 +54,6 @@ def exportable(directory: str) -> tuple[Exportable, list[str], str]:
     if isinstance(config, GPTConfig):
         raise BertforgeError(f"{directory}: a GPT-1 model; export writes BERT-family models")
     if config.bertforge_task:
-        from ..finetune import load_finetuned
-
         model, task, _ = load_finetuned(directory)
         names = ["start_logits", "end_logits"] if task.family == "qa" else ["logits"]
         return Exportable(model, task.family).eval(), names, task.family

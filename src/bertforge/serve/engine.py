@@ -16,7 +16,8 @@ import torch
 from ..config import GPTConfig
 from ..embed import Embedder
 from ..errors import BertforgeError
-from ..finetune import label_names_of, load_finetuned
+from ..finetune import label_names_of
+from ..formats.finetuned import load_finetuned
 from ..formats.hf import has_masked_lm_head, read_config
 from ..models.bert import Bert
 from ..predictor import answers, example
