@@ -29,6 +29,7 @@ import os
 import time
 
 import numpy as np
+from harness import DATA, peak_rss_mb, sst2_sentences
 
 BATCH = 32
 MAX_LENGTH = 128
@@ -67,7 +68,7 @@ def prepare(directory: str, work: str, classifier: bool = False) -> None:
     raw = os.path.join(work, "model.onnx")
     if not os.path.exists(raw):
         if classifier:  # our own exporter, with the classification head
-            from bertforge.formats.onnx import export_onnx
+            from bertforge.onnx_export import export_onnx
 
             export_onnx(directory, raw)
         else:  # transformers' BertModel through the TorchScript exporter: the graph ORT's fusions know
@@ -328,7 +329,6 @@ def timed(run, texts: list[str]) -> tuple[np.ndarray, float]:
 
 def embed_child(impl: str, directory: str, work: str, out_path: str) -> dict:
     import torch
-    from speed import peak_rss_mb, sst2_sentences
 
     torch.set_num_threads(2)
     texts, _ = sst2_sentences(4000, seed=2)
@@ -339,7 +339,6 @@ def embed_child(impl: str, directory: str, work: str, out_path: str) -> dict:
 
 def classify_child(impl: str, directory: str, work: str, out_path: str) -> dict:
     import torch
-    from speed import DATA, peak_rss_mb
 
     torch.set_num_threads(2)
     with open(os.path.join(DATA, "glue", "SST-2", "dev.tsv"), encoding="utf-8") as f:

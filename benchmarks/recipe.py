@@ -87,7 +87,7 @@ def main() -> None:
     args.tokenizer = os.path.join(args.out, "tokenizer")
     if not os.path.isdir(args.tokenizer):
         from bertforge.data.corpus import corpus_sentences, find_files
-        from bertforge.tokenizer import Tokenizer
+        from bertforge.data.tokenizer import Tokenizer
 
         Tokenizer.train(texts=corpus_sentences(find_files(corpus), "prose"), vocab_size=args.vocab_size,
                         show_progress=False).save_pretrained(args.tokenizer)

@@ -112,9 +112,9 @@ def onnx_case(model: str, texts: list[str], work: str) -> dict:
     import onnxruntime
 
     from bertforge.embed import Embedder
-    from bertforge.formats.onnx import export_onnx
+    from bertforge.onnx_export import export_onnx
     from bertforge.tasks.common import in_length_order
-    from bertforge.tokenizer import Tokenizer
+    from bertforge.data.tokenizer import Tokenizer
 
     path = os.path.join(work, "minilm.onnx")
     export_onnx(model, path)

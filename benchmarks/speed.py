@@ -43,8 +43,8 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
+from harness import DATA, peak_rss_mb, sst2_sentences
+
 PRESETS = ["bert-mini", "bert-small", "bert-base"]
 STEPS = {"bert-mini": (3, 10), "bert-small": (2, 6), "bert-base": (1, 3)}  # (warm-up, timed) steps
 BATCH, LENGTH, VOCAB = 32, 128, 30522
@@ -68,17 +68,6 @@ def ours_autocast():
     import torch
 
     return torch.autocast("cpu", dtype=torch.bfloat16) if has_bf16() else contextlib.nullcontext()
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory. Linux's `ru_maxrss` carries the parent's peak across
-    fork and exec (a child of a 1.3 GB parent reports at least 1.3 GB), so the kernel's own
-    high-water mark of this address space is read instead where there is one."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def matmul_peak() -> dict:
@@ -404,15 +393,6 @@ def generate_child(impl: str, directory: str) -> dict:
         tokens = run()
         best = min(best, time.perf_counter() - start)
     return {"tokens_per_s": new / best, "seconds": best, "tokens": tokens, "peak_rss_mb": peak_rss_mb()}
-
-
-def sst2_sentences(n: int, seed: int) -> tuple[list[str], list[int]]:
-    import numpy as np
-
-    with open(os.path.join(DATA, "glue", "SST-2", "train.tsv"), encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:]
-    chosen = np.random.default_rng(seed).choice(len(rows), n, replace=False)
-    return [rows[i][0] for i in chosen], [int(rows[i][1]) for i in chosen]
 
 
 def minilm() -> str:

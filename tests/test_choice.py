@@ -7,7 +7,8 @@ import torch
 from conftest import tiny_config
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
-from bertforge.finetune import evaluate, finetune, load_finetuned
+from bertforge.finetune import evaluate, finetune
+from bertforge.load import load_finetuned
 from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
 from bertforge.training.trainer import TrainOptions

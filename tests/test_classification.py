@@ -12,7 +12,8 @@ from conftest import tiny_config
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
-from bertforge.finetune import evaluate, finetune, load_finetuned, predict
+from bertforge.finetune import evaluate, finetune, predict
+from bertforge.load import load_finetuned
 from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
 from bertforge.tasks.classification import SequenceClassifier

@@ -12,7 +12,8 @@ from conftest import tiny_config
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.cli import main
-from bertforge.finetune import evaluate, load_finetuned
+from bertforge.finetune import evaluate
+from bertforge.load import load_finetuned
 from bertforge.formats.hf import EXTRA_FILE, load_pretrained
 from bertforge.models.bert import Bert
 from bertforge.models.crf import CRF

@@ -7,7 +7,7 @@ import torch
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
 from bertforge.formats.hf import read_config
-from bertforge.formats.onnx import INPUTS, export_onnx, exportable, sample_inputs
+from bertforge.onnx_export import INPUTS, export_onnx, exportable, sample_inputs
 
 onnxruntime = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")

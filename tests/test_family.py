@@ -13,7 +13,7 @@ from bertforge import BertforgeError, load_pretrained, save_pretrained
 from bertforge.cli import OBJECTIVE_NAMES, VOCAB_KINDS, main
 from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
-from bertforge.finetune import load_finetuned
+from bertforge.load import load_finetuned
 from bertforge.formats.hf import FAMILY_CLASS, to_hf
 from bertforge.models.heads import SpanBoundaryHead
 from bertforge.models.bert import Bert
@@ -184,7 +184,7 @@ def test_span_boundary_head_on_a_hand_example():
 def test_cli_objectives_and_vocabulary_kinds_are_the_librarys():
     from bertforge.cli import RECURRENT_NAMES
     from bertforge.families import FAMILIES, objective_names
-    from bertforge.tokenizer import KINDS
+    from bertforge.data.tokenizer import KINDS
 
     assert OBJECTIVE_NAMES == objective_names()
     assert RECURRENT_NAMES == [o.name for f in FAMILIES if f.pipeline == "word" for o in f.objectives]

@@ -408,7 +408,7 @@ def test_written_directories_get_the_umasks_ordinary_permissions(tmp_path):
     # safetensors writes 0600 and mkdtemp makes 0700: a saved model must be readable like any other file
     from safetensors.torch import save_file
 
-    from bertforge.training.atomic import atomic_directory
+    from bertforge.atomic import atomic_directory
 
     umask = os.umask(0o022)
     try:

@@ -13,7 +13,8 @@ from conftest import GPT_ORDERS
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.config import GPTConfig
-from bertforge.finetune import add_transform_tokens, evaluate, finetune, load_finetuned, predict
+from bertforge.finetune import add_transform_tokens, evaluate, finetune, predict
+from bertforge.load import load_finetuned
 from bertforge.losses import next_token_loss
 from bertforge.models.objectives import CausalLMPretraining
 from bertforge.tasks import make_task

@@ -9,7 +9,8 @@ import torch
 from conftest import tiny_config
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
-from bertforge.finetune import evaluate, finetune, load_finetuned, predict
+from bertforge.finetune import evaluate, finetune, predict
+from bertforge.load import load_finetuned
 from bertforge.formats.hf import read_config
 from bertforge.models.bert import Bert
 from bertforge.tasks import make_task

@@ -15,6 +15,7 @@ from conftest import tiny_config
 from bertforge import Tokenizer, save_pretrained
 from bertforge.cli import main
 from bertforge.data.words import WordVocab
+from bertforge.load import load_finetuned
 from bertforge.metrics import format_score, format_scores
 from bertforge.models.bert import Bert
 from bertforge.progress import progress
@@ -71,7 +72,7 @@ def test_evaluate_and_predict_print_a_header_on_standard_error(base_model, tmp_p
     data = write_tsv(tmp_path / "d.tsv")
     assert main(["finetune", "--task", "sst2", "--train", data, "--dev", data, "--model", base_model, "--out",
                  str(tmp_path / "run"), "--steps", "2", "--batch-size", "4", "--precision", "fp32", "--quiet"]) == 0
-    model = finetune_module.load_finetuned(str(tmp_path / "run" / "model"))[0]
+    model = load_finetuned(str(tmp_path / "run" / "model"))[0]
     parameters = sum(p.numel() for p in model.parameters())
     capsys.readouterr()
 

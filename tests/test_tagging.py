@@ -11,7 +11,8 @@ from conftest import tiny_config
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.cli import main
 from bertforge.data.masking import IGNORE
-from bertforge.finetune import evaluate, finetune, load_finetuned, predict
+from bertforge.finetune import evaluate, finetune, predict
+from bertforge.load import load_finetuned
 from bertforge.metrics import entities
 from bertforge.models.bert import Bert
 from bertforge.tasks import make_task

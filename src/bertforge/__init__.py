@@ -12,7 +12,7 @@ from .models.bert import Bert, EncoderOutput
 from .predictor import Predictor
 from .pretrain import pretrain
 from .pretrain_recurrent import pretrain_recurrent
-from .tokenizer import Tokenizer
+from .data.tokenizer import Tokenizer
 
 # `from .pretrain import pretrain` binds the name to the function after loading the submodule of the
 # same name, so `bertforge.pretrain` (and finetune, embed, load) is the function a user calls, as in the CLI.

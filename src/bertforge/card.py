@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+from .atomic import atomic_file
 from .metrics import format_scores
-from .training.atomic import atomic_file
 
 # The `transformers` class a user loads each architecture with.
 AUTO_CLASS = {"ForSequenceClassification": "AutoModelForSequenceClassification",

@@ -31,7 +31,7 @@ REPORT_TO = dict(nargs="+", choices=REPORTERS, metavar="TRACKER",
 def cmd_tokenizer_train(args) -> None:
     from .data.corpus import find_files
     from .report import header, say
-    from .tokenizer import Tokenizer
+    from .data.tokenizer import Tokenizer
 
     files = find_files(args.files)  # every file there, before the header (their text is checked as it is read)
     size = sum(os.path.getsize(f) for f in files)
@@ -203,7 +203,7 @@ def cmd_export(args) -> None:
         print(f"wrote {args.out}: options.json, weights.hdf5 ({report['datasets']} datasets, the softmax included) "
               f"and vocab.txt ({report['words']:,} words)")
         return
-    from .formats.onnx import export_onnx
+    from .onnx_export import export_onnx
 
     report = export_onnx(args.model, args.out, opset=args.opset, check=not args.no_check)
     print(f"wrote {args.out}: inputs {', '.join(report['inputs'])}; outputs {', '.join(report['outputs'])}"

@@ -12,10 +12,10 @@ import importlib.util
 import os
 import re
 
+from .atomic import atomic_file
 from .errors import BertforgeError
 from .evaluate_lm import evaluate_lm, report
 from .fill_mask import FillMask
-from .training.atomic import atomic_file
 from .training.run_log import read_metrics
 
 # Scored as unseen text; two of the prompts below quote it.

@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 import torch
-from torch import nn
 
+from .atomic import atomic_file
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .formats.hf import load_pretrained, read_config
@@ -18,26 +18,11 @@ from .load import load_tokenizer, read_model
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .tasks.common import in_length_order, token_types
-from .tokenizer import Tokenizer
+from .data.tokenizer import Tokenizer
 from .training.allocator import reuse_freed_memory
-from .training.atomic import atomic_file
 
 LAYER_CHOICES = ("last", "sum-last-4", "concat-last-4", "all")
 POOLING = ("mean", "cls", "tokens")
-
-
-class ScalarMix(nn.Module):
-    """ELMo's mix of layers (Peters et al., 2018): gamma * sum_j softmax(w)_j * h_j, with w and
-    gamma learned. Starts as the plain average of the layers."""
-
-    def __init__(self, num_layers: int):
-        super().__init__()
-        self.weights = nn.Parameter(torch.zeros(num_layers))
-        self.gamma = nn.Parameter(torch.ones(1))
-
-    def forward(self, layers: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        mix = self.weights.softmax(0)
-        return self.gamma * sum(w * h for w, h in zip(mix, layers))  # same shape as each layer
 
 
 def combine(hidden_states: tuple[torch.Tensor, ...], layers: str | int) -> torch.Tensor:

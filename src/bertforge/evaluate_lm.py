@@ -22,7 +22,7 @@ from .data.shards import build_shards
 from .errors import BertforgeError
 from .formats.hf import head_keys, load_pretrained, read_config, read_weights
 from .models.objectives import BertPretraining
-from .tokenizer import Tokenizer
+from .data.tokenizer import Tokenizer
 from .training.trainer import evaluate
 
 # The HF name of each family's MLM bias and of its sentence-pair head: which heads a checkpoint has.

@@ -10,7 +10,7 @@ from .checks import check, count
 from .errors import BertforgeError
 from .load import load
 from .models.objectives import BertPretraining
-from .tokenizer import MASK
+from .data.tokenizer import MASK
 
 
 class FillMask:

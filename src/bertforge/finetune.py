@@ -10,19 +10,19 @@ import sys
 
 import torch
 
+from .atomic import atomic_file
 from .checks import check
 from .errors import BertforgeError
 from .families import family_of
 from .formats import native
 from .formats.hf import load_into, read_config
-from .load import load, load_tokenizer
+from .load import load_finetuned, load_tokenizer
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .report import header, say
 from .tasks.common import FinetuneData, lm_count, read_text
 from .tasks.tagging import TAGGERS
-from .tokenizer import Tokenizer
-from .training.atomic import atomic_file
+from .data.tokenizer import Tokenizer
 from .training.trainer import TrainOptions, distributed_setup, train
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
@@ -226,14 +226,6 @@ def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
         new.weight[: old.num_embeddings] = old.weight
     decoder.embeddings.word = new
     decoder.config.vocab_size = tokenizer.vocab_size
-
-
-def load_finetuned(directory: str, device: str | torch.device = "cpu"):
-    """A fine-tuned model, its task and tokenizer, as saved by `finetune`."""
-    loaded = load(directory, device)
-    if loaded.task is None:
-        raise BertforgeError(f"{os.path.join(directory, 'config.json')}: not a fine-tuned model (no task in config.json)")
-    return loaded.model, loaded.task, loaded.tokenizer
 
 
 def label_names_of(model) -> list[str] | None:

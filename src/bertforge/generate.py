@@ -14,7 +14,7 @@ from .errors import BertforgeError
 from .formats.hf import load_pretrained, read_config
 from .models.gpt import Cache
 from .models.objectives import CausalLMPretraining
-from .tokenizer import Tokenizer
+from .data.tokenizer import Tokenizer
 
 
 def check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int, top_p: float) -> None:

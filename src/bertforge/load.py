@@ -16,11 +16,12 @@ from torch import nn
 
 from .data.words import FILE as WORDS_FILE
 from .data.words import WordVocab
+from .errors import BertforgeError
 from .families import Family, family_of, resolve
 from .formats import native
 from .formats.hf import load_pretrained, read_config
 from .tasks import task_from_config
-from .tokenizer import Tokenizer
+from .data.tokenizer import Tokenizer
 
 
 @dataclass
@@ -53,6 +54,14 @@ def load(directory: str, device: str | torch.device = "cpu", model=None, use: st
     build = model or (task.build_model if task is not None else None)
     net = read_model(directory, config, family, build, device, **options)
     return Loaded(directory, config, family, net.eval(), load_tokenizer(directory, config), task)
+
+
+def load_finetuned(directory: str, device: str | torch.device = "cpu"):
+    """A fine-tuned model, its task and tokenizer, as saved by `finetune`."""
+    loaded = load(directory, device)
+    if loaded.task is None:
+        raise BertforgeError(f"{os.path.join(directory, 'config.json')}: not a fine-tuned model (no task in config.json)")
+    return loaded.model, loaded.task, loaded.tokenizer
 
 
 def read_model(directory: str, config, family: Family, build=None, device: str | torch.device = "cpu",

@@ -7,6 +7,8 @@ log-sum-exp is taken in fp32 a block of rows at a time, only the bf16 logits and
 per row are kept, and the gradient softmax(logits) - onehot is formed block by block in fp32 and
 written once in the logits' precision. The numbers are those of the usual path: fp32 arithmetic
 on the same bf16 logits.
+
+Also the task losses that the classifiers and taggers of every family share.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+from .data.masking import IGNORE
 
 ROWS = 16  # rows per block: 16 x 30k fp32 values stay within a core's L2 cache
 
@@ -88,3 +92,19 @@ def sampled_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, weight: to
     sampled_logits = sampled_logits.masked_fill(targets[:, None] == samples[None, :], float("-inf"))
     logits = torch.cat([true_logits[:, None], sampled_logits], dim=1).float()  # (N, 1 + S): the target first
     return F.cross_entropy(logits, torch.zeros_like(targets), reduction="sum")
+
+
+def classification_losses(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> tuple[dict, dict]:
+    """Every classifier's loss terms (summed, in fp32) and correct counts: `mse` for regression, else `cls`."""
+    logits = logits.float()
+    if regression:
+        return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
+    return {"cls": F.cross_entropy(logits, labels, reduction="sum")}, {"cls": (logits.argmax(-1) == labels).sum()}
+
+
+def tagging_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[dict, dict]:
+    """A tagger's loss term `tag` (summed over the labelled positions, in fp32) and its correct count;
+    `logits` (B, T, labels), `labels` (B, T) with IGNORE where no tag is due."""
+    logits = logits.float()
+    loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE, reduction="sum")
+    return {"tag": loss}, {"tag": ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()}

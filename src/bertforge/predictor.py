@@ -13,7 +13,8 @@ import re
 import torch
 
 from .errors import BertforgeError
-from .finetune import label_names_of, load_finetuned
+from .finetune import label_names_of
+from .load import load_finetuned
 from .quantize import for_inference
 
 # The words of a tagging request and where each starts in its text: white space splits words, as

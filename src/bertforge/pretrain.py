@@ -9,6 +9,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from .atomic import atomic_directory
 from .checks import check
 from .config import default_preset
 from .data.batches import MaskingOptions, PretrainingData
@@ -20,8 +21,7 @@ from .models.bert import Dropout
 from .families import FAMILIES, Family, Objective, resolve
 from .families import objective as find_objective
 from .recipe import pretraining_recipe, vocabulary_size
-from .tokenizer import KINDS, Tokenizer
-from .training.atomic import atomic_directory
+from .data.tokenizer import KINDS, Tokenizer
 from .training.checkpoints import latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
 

@@ -18,7 +18,7 @@ import torch
 
 from ..checks import RATE, check
 from ..errors import BertforgeError
-from ..tokenizer import Tokenizer
+from .tokenizer import Tokenizer
 from .instances import A_END, A_START, B_END, B_START, IS_RANDOM, create_instances, create_packed_instances
 from .masking import IGNORE, geometric_lengths, mask_spans, mask_tokens, ngram_lengths
 from .shards import Shards

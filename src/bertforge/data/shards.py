@@ -22,9 +22,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..atomic import atomic_directory, stale
 from ..errors import BertforgeError
-from ..tokenizer import Tokenizer
-from ..training.atomic import atomic_directory, stale
+from .tokenizer import Tokenizer
 from .corpus import FileReport, find_files, read_units, split_sentences
 
 FORMAT_VERSION = 1

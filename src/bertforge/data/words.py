@@ -21,9 +21,9 @@ import os
 import re
 from collections.abc import Iterable
 
+from ..atomic import atomic_file
 from ..errors import BertforgeError
 from ..progress import progress
-from ..training.atomic import atomic_file
 
 FILE = "words.json"
 UNK, PAD, BOS, EOS = "xxunk", "xxpad", "xxbos", "xxeos"

@@ -204,9 +204,9 @@ def read_vocab(path: str) -> tuple[list[str], list[int]]:
 
 def export_allennlp(model_dir: str, out: str) -> dict:
     """Write the ELMo checkpoint in `model_dir` as `out`/options.json, weights.hdf5 and vocab.txt."""
+    from ..atomic import atomic_directory
     from ..data.words import WordVocab
     from ..models.elmo import ELMoLanguageModel
-    from ..training.atomic import atomic_directory
     from . import native
 
     h5py = _h5py()
@@ -237,12 +237,12 @@ def export_allennlp(model_dir: str, out: str) -> dict:
 def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: str | None = None) -> dict:
     """An AllenNLP ELMo (`options_path`, `weights_path`, and bilm-tf's vocabulary file if its softmax
     is to be used) -> a bertforge ELMo directory `out`."""
+    from ..atomic import atomic_directory
     from ..config.base import _read_json
     from ..data.words import SPECIALS, WordVocab
     from ..models.elmo import ELMoLanguageModel
-    from ..training.atomic import atomic_directory
     from . import native
-    from .hf import load_state
+    from .tensors import load_state
 
     h5py = _h5py()
     options = _read_json(options_path)

@@ -11,18 +11,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import warnings
 
 import torch
 from torch import nn
 
+from ..atomic import atomic_directory
 from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig
 from ..families import load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.bert import rotary_tables
-from ..training.atomic import atomic_directory
 from . import native
+from .tensors import load_state, read_safetensors
 
 # (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
@@ -336,13 +336,13 @@ def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, to
         raise BertforgeError(f"{directory}: no weights file (expected one of {', '.join(candidates)})")
     path = os.path.join(directory, found[0])
     if found[0] == "model.safetensors":
-        tensors = _read_safetensors(path)
+        tensors = read_safetensors(path)
     elif found[0].endswith(".index.json"):
         with open(path, encoding="utf-8") as f:
             shards = sorted(set(json.load(f).get("weight_map", {}).values()))
         tensors = {}
         for shard in shards:
-            tensors.update(_read_safetensors(os.path.join(directory, shard)))
+            tensors.update(read_safetensors(os.path.join(directory, shard)))
     else:
         try:
             tensors = torch.load(path, map_location="cpu", weights_only=True)
@@ -350,24 +350,13 @@ def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, to
             raise BertforgeError(f"{path}: cannot be read safely as weights ({e})") from None
     extra = os.path.join(directory, EXTRA_FILE)
     if os.path.exists(extra):
-        tensors.update(_read_safetensors(extra))
+        tensors.update(read_safetensors(extra))
     if os.environ.get("BERTFORGE_ALLOW_NONFINITE") != "1":
         for name, tensor in tensors.items():
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 raise BertforgeError(f"{path}: {name} holds NaN or infinite values, so every output would too "
                                      "(BERTFORGE_ALLOW_NONFINITE=1 loads it anyway, to debug)")
     return canonical_names(tensors, path, model_type), path
-
-
-def _read_safetensors(path: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(path)
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: no such file") from None
-    except Exception as e:  # SafetensorError and OSError: truncated, corrupt or unreadable
-        raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
 
 
 def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: str = "bert") -> dict:
@@ -442,37 +431,6 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     # Other parts of the model (ELECTRA's generator) come from their own directories.
     elsewhere = {k for k in model.state_dict() for sub in parts(model) if sub and k.startswith(sub + ".")}
     load_state(model, state, source, unexpected, allowed_missing | fresh | elsewhere, quiet=fresh | elsewhere)
-
-
-def load_state(module: nn.Module, state: dict[str, torch.Tensor], source: str,
-               unexpected: list[str] = (), allowed_missing: set[str] = frozenset(),
-               quiet: set[str] = frozenset()) -> None:
-    """Copy `state` into `module`, failing with every missing, unexpected and mis-shaped key named."""
-    expected = module.state_dict()
-    problems = []
-    missing = [k for k in expected if k not in state and k not in allowed_missing]
-    if missing:
-        problems.append(f"missing weights: {_names(missing)}")
-    if unexpected:
-        problems.append(f"unexpected weights: {_names(unexpected)}")
-    shapes = [f"{k} {tuple(v.shape)} (the model needs {tuple(expected[k].shape)})"
-              for k, v in state.items() if k in expected and v.shape != expected[k].shape]
-    if shapes:
-        problems.append(f"wrong shapes: {_names(shapes)}")
-    if problems:
-        raise BertforgeError(f"{source}: " + "; ".join(problems))
-    skipped = [k for k in expected if k not in state and k not in quiet]
-    if skipped:
-        warnings.warn(f"{source}: no weights for {', '.join(skipped)}; they keep their fresh initialisation",
-                      stacklevel=3)
-    with torch.no_grad():
-        for k, v in state.items():
-            expected[k].copy_(v)
-
-
-def _names(keys: list[str], limit: int = 12) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def _check_tokenizer(directory: str, config: BertConfig) -> None:

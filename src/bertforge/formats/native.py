@@ -17,6 +17,7 @@ from torch import nn
 
 from ..families import family_of, load_config
 from ..errors import BertforgeError
+from .tensors import load_state, read_safetensors
 
 WEIGHTS = "model.safetensors"
 
@@ -68,13 +69,11 @@ def check_words(directory: str, config) -> None:
 def load(model: nn.Module, directory: str) -> None:
     """Copy the weights written by `write` into `model`, naming every missing, unexpected or
     mis-shaped tensor."""
-    from .hf import _read_safetensors, load_state
-
     check_words(directory, read_config(directory))
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
-    tensors = _read_safetensors(path)
+    tensors = read_safetensors(path)
     tied = _tied(model)
     unexpected = [k for k in tensors if k not in model.state_dict()]
     load_state(model, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
@@ -83,13 +82,11 @@ def load(model: nn.Module, directory: str) -> None:
 def load_encoder(model: nn.Module, directory: str) -> None:
     """Only the encoder's weights (`bert.`) of the model in `directory` into `model.bert`: a new
     task starts from a language model with a fresh head."""
-    from .hf import _read_safetensors, load_state
-
     check_words(directory, read_config(directory))
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
-    tensors = {k[len("bert."):]: v for k, v in _read_safetensors(path).items() if k.startswith("bert.")}
+    tensors = {k[len("bert."):]: v for k, v in read_safetensors(path).items() if k.startswith("bert.")}
     unexpected = [k for k in tensors if k not in model.bert.state_dict()]
     load_state(model.bert, tensors, path, unexpected)
 

@@ -16,12 +16,13 @@ import torch
 from ..families import family_of
 from ..embed import Embedder
 from ..errors import BertforgeError
-from ..finetune import label_names_of, load_finetuned
+from ..finetune import label_names_of
+from ..load import load_finetuned
 from ..formats.hf import has_masked_lm_head, read_config
 from ..models.bert import Bert
 from ..predictor import answers, example
 from ..tasks.common import token_types
-from ..tokenizer import Tokenizer
+from ..data.tokenizer import Tokenizer
 
 
 class Engine:

@@ -10,16 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import BertConfig, GPTConfig
 from ..errors import BertforgeError
-from ..models.heads import ClassifierHead, concat_pool
+from ..losses import classification_losses
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
 from ..models import encoder
 from ..models.bert import init_weights
-from .common import auxiliary_lm, build_task_model, encoder_inputs, finetuned_config, inference_batches, place, read_records, token_types
+from ..models.heads import ClassifierHead, concat_pool
+from ..models.scalar_mix import ScalarMix
+from .common import (auxiliary_lm, build_task_model, encoder_inputs, finetuned_config, inference_batches, place,
+                     read_records, token_types)
 from .common import field as column_of
 
 
@@ -225,8 +227,6 @@ class SequenceClassifier(nn.Module):
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
         self.mix = None
         if (config.bertforge_task or {}).get("features") == "scalar-mix":
-            from ..embed import ScalarMix
-
             self.mix = ScalarMix(config.num_hidden_layers + 1)
             self.bert.requires_grad_(False)
 
@@ -256,14 +256,6 @@ class SequenceClassifier(nn.Module):
         logits, hidden = self._logits(batch)
         losses, correct = classification_losses(logits, batch["labels"], self.regression)
         return {**losses, **auxiliary_lm(self, hidden, batch)}, correct
-
-
-def classification_losses(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> tuple[dict, dict]:
-    """Every classifier's loss terms (summed, in fp32) and correct counts: `mse` for regression, else `cls`."""
-    logits = logits.float()
-    if regression:
-        return {"mse": F.mse_loss(logits, labels, reduction="sum")}, {}
-    return {"cls": F.cross_entropy(logits, labels, reduction="sum")}, {"cls": (logits.argmax(-1) == labels).sum()}
 
 
 class RecurrentClassifier(nn.Module):

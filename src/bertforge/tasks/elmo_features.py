@@ -15,7 +15,9 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import BertforgeError
+from ..losses import classification_losses, tagging_losses
 from ..models.elmo import ELMo
+from ..models.scalar_mix import ScalarMix
 
 WORD_DIM = 100  # the task's own word vectors (GloVe's 100 in the paper's NER baseline)
 HIDDEN = 128  # each direction of the task's biLSTM
@@ -85,8 +87,6 @@ class OverFrozenLM(nn.Module):
 class ELMoTaskModel(OverFrozenLM):
     def __init__(self, config):
         super().__init__(config)
-        from ..embed import ScalarMix
-
         self.mix = ScalarMix(config.n_layers + 1)
         self.lstm = nn.LSTM(config.hidden_size + WORD_DIM, HIDDEN, batch_first=True, bidirectional=True)
 
@@ -118,8 +118,6 @@ class ELMoClassifier(ELMoTaskModel):
         return logits.squeeze(-1) if self.regression else logits
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        from .classification import classification_losses
-
         return classification_losses(self.logits(batch), batch["labels"], self.regression)
 
 
@@ -134,11 +132,7 @@ class ELMoTagger(ELMoTaskModel):
         return self.classifier(self.dropout(self.states(batch)[0]))  # (B, T, labels)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        from .tagging import IGNORE
-
-        logits, labels = self.logits(batch).float(), batch["labels"]
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE, reduction="sum")
-        return {"tag": loss}, {"tag": ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()}
+        return tagging_losses(self.logits(batch), batch["labels"])
 
 
 class TagLMTagger(OverFrozenLM):

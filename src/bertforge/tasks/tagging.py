@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import BertConfig
 from ..data.masking import IGNORE
 from ..errors import BertforgeError
+from ..losses import tagging_losses
 from ..models.heads import ClassifierHead
 from ..metrics import entities, entity_scores
 from ..models import encoder
@@ -339,10 +339,8 @@ class TokenClassifier(nn.Module):
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         logits, hidden = self._logits(batch)
-        logits, labels = logits.float(), batch["labels"]
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE, reduction="sum")
-        correct = ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()
-        return {"tag": loss, **auxiliary_lm(self, hidden, batch)}, {"tag": correct}
+        losses, correct = tagging_losses(logits, batch["labels"])
+        return {**losses, **auxiliary_lm(self, hidden, batch)}, correct
 
 
 class CRFTokenClassifier(TokenClassifier):

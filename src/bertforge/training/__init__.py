@@ -1,1 +1,1 @@
-"""The one training loop, its optimizer and schedules, and atomic checkpoint writes."""
+"""The one training loop, its optimizer and schedules, checkpoints, device and tracking."""

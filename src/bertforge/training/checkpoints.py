@@ -12,10 +12,10 @@ import shutil
 import torch
 import torch.distributed as dist
 
+from ..atomic import atomic_directory
 from ..data.batches import Position
 from ..errors import BertforgeError, TrainingStopped
 from ..formats.hf import load_parts, read_config, write_parts
-from .atomic import atomic_directory
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT = re.compile(r"^step-(\d+)$")

@@ -9,9 +9,9 @@ import sys
 
 import torch
 
+from ..atomic import atomic_file
 from ..config import bertforge_version
 from ..errors import BertforgeError
-from .atomic import atomic_file
 
 
 def versions() -> dict:

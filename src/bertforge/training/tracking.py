@@ -15,8 +15,8 @@ import os
 import sys
 import uuid
 
+from ..atomic import atomic_file
 from ..errors import BertforgeError
-from .atomic import atomic_file
 
 REPORTERS = ("csv", "tensorboard", "wandb")
 # the package each tracker needs (its extra has the same name)

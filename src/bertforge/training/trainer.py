@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
+from ..atomic import atomic_file, remove_leftovers
 from ..card import write_card
 from ..checks import check
 from ..data.batches import Position
@@ -29,7 +30,6 @@ from ..formats.hf import check_vocab_fits
 from ..metrics import format_scores
 from ..progress import progress
 from .allocator import reuse_freed_memory
-from .atomic import atomic_file, remove_leftovers
 from .checkpoints import latest_checkpoint, remove_incomplete, restore_checkpoint, save_checkpoint, write_model
 from .device import autocast as precision_autocast
 from .device import choose_precision

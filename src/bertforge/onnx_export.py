@@ -19,9 +19,10 @@ import warnings
 import torch
 from torch import nn
 
-from ..families import family_of
-from ..errors import BertforgeError
-from .hf import has_masked_lm_head, load_pretrained, read_config
+from .errors import BertforgeError
+from .families import family_of
+from .formats.hf import has_masked_lm_head, load_pretrained, read_config
+from .load import load_finetuned
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -52,13 +53,11 @@ def exportable(directory: str) -> tuple[Exportable, list[str], str]:
     config = read_config(directory)
     family_of(config).supports("onnx", directory)
     if config.bertforge_task:
-        from ..finetune import load_finetuned
-
         model, task, _ = load_finetuned(directory)
         names = ["start_logits", "end_logits"] if task.family == "qa" else ["logits"]
         return Exportable(model, task.family).eval(), names, task.family
     if has_masked_lm_head(config):
-        from ..models.objectives import BertPretraining
+        from .models.objectives import BertPretraining
 
         sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None
         model = load_pretrained(directory, cls=BertPretraining, sentence=sentence)

@@ -28,10 +28,10 @@ from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, proces
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, WordPiece
 
-from .data.corpus import corpus_sentences, find_files
-from .errors import BertforgeError
-from .progress import Timed, is_terminal
-from .training.atomic import raise_naming
+from ..atomic import raise_naming
+from .corpus import corpus_sentences, find_files
+from ..errors import BertforgeError
+from ..progress import Timed, is_terminal
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)

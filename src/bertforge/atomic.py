@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import time
 
-from ..errors import BertforgeError
+from .errors import BertforgeError
 
 
 def _read_umask() -> int:
