@@ -65,75 +65,27 @@ def cmd_info(args) -> None:
 
 
 def cmd_pretrain(args) -> None:
-    from .pretrain import OBJECTIVES, masking_options, pretrain
-    from .recipe import default_preset, pretraining_recipe
-    from .training.trainer import TrainOptions
+    from .pretrain import pretrain_with_recipe
 
     if args.steps is None and args.max_minutes is None:
         raise BertforgeError("give a budget: --steps, --max-minutes, or both")
     check_reporters(args.report_to)  # a tracker's missing package, before any work
     if args.objective in RECURRENT_NAMES:
         return cmd_pretrain_recurrent(args)
-    as_given = run_arguments(args)  # as given, before the recipe fills in what was left out
-    if args.preset and args.preset not in PRESETS:
-        raise BertforgeError(f"--preset {args.preset} is a recurrent model's size; choose one of "
-                             f"{', '.join(sorted(PRESETS))}")
-    clip = 1.0 if args.clip is None else args.clip
-    # The recipe's defaults, then every flag given on top of them.
-    if args.init and args.preset:
-        raise BertforgeError("--init continues a checkpoint of its own size: drop --preset")
-    args.preset = None if args.init else args.preset or default_preset(args.max_minutes)
-    width = None
-    if args.init:
-        from .formats.hf import read_config
-
-        width = read_config(args.init).hidden_size
-    chosen = pretraining_recipe(args.recipe, args.objective, args.preset, OBJECTIVES[args.objective].model_type,
-                                continued_width=width)
-    lr = chosen.lr if args.lr is None else args.lr
-    warmup = chosen.warmup if args.warmup is None else args.warmup
-    betas = chosen.betas if args.beta2 is None else (0.9, args.beta2)
-    mask_prob = chosen.mask_prob if args.mask_prob is None else args.mask_prob
-    positions = args.positions or (None if args.init else chosen.positions)  # --init: the checkpoint's
-    dropout = chosen.dropout if args.dropout is None else args.dropout
-    schedule = args.schedule or chosen.schedule
-    if args.layer_norm and args.objective != "gpt":
-        raise BertforgeError(f"--layer-norm is GPT's choice: not for --objective {args.objective}")
-    layer_norm = args.layer_norm or (None if args.init or args.resume else chosen.layer_norm)  # or the run's own
-    given = [flag for flag, value in (("--mask-prob", args.mask_prob), ("--masking", args.masking),
-                                      ("--whole-word", args.whole_word or None), ("--replace-prob", args.replace_prob),
-                                      ("--random-prob", args.random_prob)) if value is not None]
-    if args.objective == "gpt" and given:
-        raise BertforgeError(f"GPT-1 predicts every next token and masks nothing: drop {', '.join(given)}")
-    if not args.quiet:
-        masked = "left-to-right, nothing masked" if args.objective == "gpt" else f"masking {mask_prob:.0%}"
-        order = {"pre": ", GPT-2's layer order", "post": ", GPT-1's layer order"}.get(layer_norm, "") \
-            if args.objective == "gpt" else ""
-        print(f"{args.init or args.preset}, objective {args.objective}, recipe {chosen.name}: "
-              f"{positions or 'its own'} positions{order}, peak lr "
-              f"{lr:g}, warm-up {warmup:g}, {schedule} decay, beta2 {betas[1]:g}, dropout {dropout:g} while "
-              f"pretraining, {masked} (each has a flag; all saved in run_config.json)", flush=True)
-    options = TrainOptions(
-        lr=lr, betas=betas, out=args.out, steps=args.steps, max_minutes=args.max_minutes, warmup=warmup,
-        schedule=schedule, weight_decay=args.weight_decay, accum=args.accum, clip=clip,
-        precision=args.precision, log_every=args.log_every, eval_every=args.eval_every,
-        eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep, seed=args.seed,
-        progress=not args.quiet, compile=args.compile, report_to=args.report_to or (),
-    )
-    masking = masking_options(args.objective, mask_prob=mask_prob, replace_prob=args.replace_prob,
-                              random_prob=args.random_prob, whole_word=args.whole_word or None, scheme=args.masking)
-    result = pretrain(
-        args.corpus, args.out, objective=args.objective, generator_fraction=args.generator_fraction,
-        preset=args.preset, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-        lowercase=not args.cased, vocab_kind=args.vocab_kind, max_seq_length=args.max_seq_length,
-        batch_size=args.batch_size,
-        short_seq_prob=args.short_seq_prob, masking=masking, layout=args.layout, text_field=args.text_field,
-        cache_dir=args.cache_dir, eval_fraction=args.eval_fraction, resume=args.resume, options=options,
-        recipe=args.recipe, positions=positions, dropout=dropout, init=args.init, command_line=as_given,
-        layer_norm=layer_norm,
-    )
-    print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
-          f"{args.out}/model, checkpoints in {args.out}/checkpoints")
+    result = pretrain_with_recipe(
+        args.corpus, args.out, objective=args.objective, preset=args.preset, recipe=args.recipe,
+        positions=args.positions, layer_norm=args.layer_norm, generator_fraction=args.generator_fraction,
+        tokenizer=args.tokenizer, init=args.init, vocab_size=args.vocab_size, cased=args.cased,
+        vocab_kind=args.vocab_kind, steps=args.steps, max_minutes=args.max_minutes, resume=args.resume,
+        max_seq_length=args.max_seq_length, batch_size=args.batch_size, short_seq_prob=args.short_seq_prob,
+        layout=args.layout, text_field=args.text_field, cache_dir=args.cache_dir, eval_fraction=args.eval_fraction,
+        mask_prob=args.mask_prob, replace_prob=args.replace_prob, random_prob=args.random_prob,
+        whole_word=args.whole_word, masking=args.masking, lr=args.lr, beta2=args.beta2, warmup=args.warmup,
+        dropout=args.dropout, schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum,
+        clip=args.clip, precision=args.precision, compile=args.compile, seed=args.seed, log_every=args.log_every,
+        eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
+        quiet=args.quiet, report_to=args.report_to,
+        command_line=run_arguments(args.command, vars(args)))  # as given, before the recipe fills in the rest
     if result["status"] == "interrupted":
         raise KeyboardInterrupt
 
@@ -165,7 +117,8 @@ def cmd_pretrain_recurrent(args) -> None:
         vocab_size=args.vocab_size or 60000, min_freq=args.min_freq, rules=not args.no_rules, bptt=args.bptt,
         batch_size=args.batch_size, layout=args.layout, text_field=args.text_field,
         eval_fraction=args.eval_fraction, resume=args.resume, options=options, backwards=args.backwards,
-        dropout_scale=args.dropout_scale, sampled_softmax=args.sampled_softmax, command_line=run_arguments(args))
+        dropout_scale=args.dropout_scale, sampled_softmax=args.sampled_softmax,
+        command_line=run_arguments(args.command, vars(args)))
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
     if result["status"] == "interrupted":
@@ -283,7 +236,7 @@ def cmd_finetune(args) -> None:
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
                       eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
                       max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                      crf=args.crf, tagger=args.tagger, command_line=run_arguments(args))
+                      crf=args.crf, tagger=args.tagger, command_line=run_arguments(args.command, vars(args)))
     best = result["best"]
     from .metrics import format_score, format_scores
 
