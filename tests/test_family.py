@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from conftest import assert_same_attentions, random_batch, randomise, tiny_config, write_corpus
 
 from bertforge import BertforgeError, load_pretrained, save_pretrained
-from bertforge.cli import OBJECTIVE_NAMES, VOCAB_KINDS, main
+from bertforge.cli import main
+from bertforge.cli.common import OBJECTIVE_NAMES, VOCAB_KINDS
 from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
 from bertforge.finetune import load_finetuned
@@ -182,7 +183,7 @@ def test_span_boundary_head_on_a_hand_example():
 
 
 def test_cli_objectives_and_vocabulary_kinds_are_the_librarys():
-    from bertforge.cli import RECURRENT_NAMES
+    from bertforge.cli.common import RECURRENT_NAMES
     from bertforge.pretrain_recurrent import RECURRENT_OBJECTIVES
     from bertforge.tokenizer import KINDS
 
