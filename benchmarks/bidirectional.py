@@ -126,7 +126,7 @@ def main() -> None:
         run_dir = os.path.join(work, name)
         vocabulary = [] if name == "bert" else ["--tokenizer", os.path.join(work, "bert", "model")]
         if f"{name} pretraining" not in results:
-            minutes = run([sys.executable, "-m", "bertforge.cli", "pretrain", *MODELS[name],
+            minutes = run([sys.executable, "-m", "bertforge", "pretrain", *MODELS[name],
                            "--corpus", corpus, "--out", run_dir, "--preset", args.preset, *vocabulary,
                            "--cache-dir", cache, "--max-minutes", str(args.minutes), "--seed", "0",
                            "--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--quiet"])
@@ -153,7 +153,7 @@ def main() -> None:
                         continue
                     kind, train_file, dev, metric, settings = TASKS[task]
                     out = os.path.join(work, "finetune", f"{name}-{start}-s{seed}", task)
-                    minutes = run([sys.executable, "-m", "bertforge.cli", "finetune", "--task", kind,
+                    minutes = run([sys.executable, "-m", "bertforge", "finetune", "--task", kind,
                                    "--train", path(train_file, work), "--dev", path(dev, work), "--model", model,
                                    "--out", out, "--seed", str(seed), "--quiet", *settings])
                     evals = [r["eval"] for r in records(out) if r.get("eval")]

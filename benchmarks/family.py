@@ -119,7 +119,7 @@ def main() -> None:
                     f"t = Tokenizer.from_pretrained({tokenizer!r});"
                     f"save_pretrained(Bert(preset({args.preset!r}, vocab_size=t.vocab_size)), {model!r}, t)"], check=True)
             else:
-                minutes = run([sys.executable, "-m", "bertforge.cli", "pretrain", "--objective", name,
+                minutes = run([sys.executable, "-m", "bertforge", "pretrain", "--objective", name,
                                "--corpus", corpus, "--out", run_dir, "--preset", args.preset, "--tokenizer", tokenizer,
                                "--cache-dir", cache, "--max-minutes", str(args.minutes), "--seed", str(seed),
                                "--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--quiet"])
@@ -134,7 +134,7 @@ def main() -> None:
                 model = os.path.join(run_dir, "model")
             for task, (kind, train_file, dev, settings) in FINETUNE.items():
                 out = os.path.join(work, "finetune", f"{name}-s{seed}", task)
-                minutes = run([sys.executable, "-m", "bertforge.cli", "finetune", "--task", kind,
+                minutes = run([sys.executable, "-m", "bertforge", "finetune", "--task", kind,
                                "--train", os.path.join(work, train_file), "--dev", os.path.join(DATA, dev),
                                "--model", model, "--out", out, "--seed", str(seed), "--quiet", *settings])
                 evals = [r["eval"] for r in records(out) if r.get("eval")]

@@ -48,7 +48,7 @@ def main() -> None:
     for task in args.tasks:
         name, train, dev = FILES[task]
         out = os.path.join(args.out, task)
-        command = [sys.executable, "-m", "bertforge.cli", "finetune", "--task", name,
+        command = [sys.executable, "-m", "bertforge", "finetune", "--task", name,
                    "--train", os.path.join(DATA, train), "--dev", os.path.join(DATA, dev),
                    "--model", model, "--out", out, "--quiet", *SETTINGS[task]]
         print(" ".join(command), flush=True)

@@ -68,7 +68,7 @@ VARIANTS = {
              ("taglm", ["--tagger", "taglm"], ("conll",), ("pretrained", "random")),
              ("taglm-baseline", ["--tagger", "taglm-baseline"], ("conll",), ("pretrained",))],
 }
-BERTFORGE = [sys.executable, "-m", "bertforge.cli"]
+BERTFORGE = [sys.executable, "-m", "bertforge"]
 
 
 def authors(work: str) -> None:

@@ -44,7 +44,7 @@ def main() -> None:
     size_mb = sum(os.path.getsize(os.path.join(corpus, f)) for f in os.listdir(corpus)) / 1e6
 
     # 2. Pretraining through the command line, exactly as a user runs it.
-    command = [sys.executable, "-m", "bertforge.cli", "pretrain", "--corpus", corpus, "--out", args.out,
+    command = [sys.executable, "-m", "bertforge", "pretrain", "--corpus", corpus, "--out", args.out,
                "--preset", args.preset, "--tokenizer", tokenizer, "--cache-dir", cache,
                "--max-minutes", str(args.minutes), "--lr", str(args.lr), "--warmup", "0.05",
                "--eval-every", "250", "--eval-batches", "40", "--save-every", "1000", "--quiet"]

@@ -173,11 +173,11 @@ def main() -> None:
     os.makedirs(work, exist_ok=True)
     rows = []
     port = free_port()
-    rows += serve_case("bertforge serve (batched)", [sys.executable, "-m", "bertforge.cli", "serve", model,
+    rows += serve_case("bertforge serve (batched)", [sys.executable, "-m", "bertforge", "serve", model,
                                                      "--port", str(port)], port, texts, args.clients, args.requests)
     port = free_port()
     rows += serve_case("one request at a time (--max-batch 1)",
-                       [sys.executable, "-m", "bertforge.cli", "serve", model, "--port", str(port), "--max-batch", "1",
+                       [sys.executable, "-m", "bertforge", "serve", model, "--port", str(port), "--max-batch", "1",
                         "--max-wait-ms", "0"], port, texts, args.clients, args.requests)
     onnx = onnx_case(model, texts, work)
     print(onnx)

@@ -65,7 +65,7 @@ def main() -> None:
 
     pretrained = os.path.join(work, "pretrain")
     if not os.path.exists(os.path.join(pretrained, "model", "config.json")):
-        minutes = run([sys.executable, "-m", "bertforge.cli", "pretrain", "--corpus", corpus, "--out", pretrained,
+        minutes = run([sys.executable, "-m", "bertforge", "pretrain", "--corpus", corpus, "--out", pretrained,
                        "--preset", args.preset, "--max-minutes", str(args.minutes), "--cache-dir",
                        os.path.join(work, "cache"), "--eval-batches", "40", "--eval-every", "500", "--quiet"])
         logged = records(pretrained)
@@ -96,7 +96,7 @@ def main() -> None:
                     if key in results:
                         continue
                     out = os.path.join(work, "finetune", name, task, f"lr{lr}-seed{seed}")
-                    minutes = run([sys.executable, "-m", "bertforge.cli", "finetune", "--task", kind,
+                    minutes = run([sys.executable, "-m", "bertforge", "finetune", "--task", kind,
                                    "--train", os.path.join(DATA, train_file), "--dev", os.path.join(DATA, dev_file),
                                    "--model", model, "--out", out, "--lr", lr, "--seed", seed, "--quiet", *settings])
                     evals = [r["eval"] for r in records(out) if r.get("eval")]

@@ -33,7 +33,7 @@ ORIGINAL["char_cnn"]["n_highway"] = 2
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "bertforge.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "bertforge", *args], capture_output=True, text=True)
 
 
 def sigmoid(x):

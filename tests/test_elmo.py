@@ -21,7 +21,7 @@ from bertforge.pretrain_recurrent import default_options, pretrain_recurrent
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "bertforge.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "bertforge", *args], capture_output=True, text=True)
 
 
 def test_word_characters():

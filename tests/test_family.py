@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from conftest import assert_same_attentions, random_batch, randomise, tiny_config, write_corpus
 
 from bertforge import BertforgeError, load_pretrained, save_pretrained
-from bertforge.cli import OBJECTIVE_NAMES, VOCAB_KINDS, main
+from bertforge.cli import main
+from bertforge.cli.common import VOCAB_KINDS
 from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
 from bertforge.load import load_finetuned
@@ -182,12 +183,14 @@ def test_span_boundary_head_on_a_hand_example():
 
 
 def test_cli_objectives_and_vocabulary_kinds_are_the_librarys():
-    from bertforge.cli import RECURRENT_NAMES
-    from bertforge.families import FAMILIES, objective_names
+    from bertforge.cli import build_parser
     from bertforge.data.tokenizer import KINDS
+    from bertforge.families import objective_names
 
-    assert OBJECTIVE_NAMES == objective_names()
-    assert RECURRENT_NAMES == [o.name for f in FAMILIES if f.pipeline == "word" for o in f.objectives]
+    pretrain = build_parser()._subparsers._group_actions[0].choices["pretrain"]
+    choices = next(a.choices for a in pretrain._actions if a.dest == "objective")
+    assert choices == objective_names() == ["bert", "roberta", "span", "albert", "electra", "modernbert", "gpt",
+                                            "awd-lstm", "elmo"]
     assert VOCAB_KINDS == list(KINDS)
 
 

@@ -318,12 +318,12 @@ def test_a_full_disk_never_damages_what_was_written_before(tmp_path, monkeypatch
 
 
 def test_the_command_line_turns_any_failure_into_one_line(tmp_path, capsys, monkeypatch):
-    import bertforge.cli as cli
+    import bertforge.cli.info as info
 
     def native_failure(args):
         raise RuntimeError("safetensors_rust.SafetensorError: Error while serializing:\n IoError(No space left)")
 
-    monkeypatch.setattr(cli, "cmd_info", native_failure)
+    monkeypatch.setattr(info, "run", native_failure)
     assert main(["info", str(tmp_path)]) == 2
     assert "RuntimeError: safetensors_rust.SafetensorError: Error while serializing: IoError(No space left) (--debug" \
         in one_line_error(capsys, "RuntimeError")

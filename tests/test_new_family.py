@@ -1,9 +1,10 @@
-"""Adding a family is one module and one registration: a tiny family defined here, which no generic
-module names, pretrains, fine-tunes, is described, exported and loaded through the ordinary commands.
+"""Adding a family is one module and one registration: the tiny family that docs/architecture.md
+defines (its code block is run here as it is written), which no generic module names, pretrains,
+fine-tunes, is described, predicts, is exported and loaded through the ordinary commands.
 
 The family: a bag-of-words encoder (each token's state mixes its own embedding with the mean of the
 sentence's), pretrained with masked LM and fine-tuned as a sentence classifier, saved in
-bertforge's own format. docs/architecture.md walks through it.
+bertforge's own format.
 """
 
 import json
@@ -47,12 +48,13 @@ def bag_family():
 
 
 def write_sentiment(path, n=48):
-    """Sentences whose label is which of two word sets they use: learnable from a bag of words."""
-    good, bad = ["good", "great", "fine"], ["bad", "awful", "poor"]
+    """Sentences whose label is which of two word sets they use (words of the pretraining corpus):
+    learnable from a bag of words."""
+    one, other = ["alpha", "beta", "gamma"], ["delta", "epsilon", "zeta"]
     rows = ["sentence\tlabel"]
     for i in range(n):
-        words = good if i % 2 else bad
-        rows.append(f"the film was {words[i % 3]} and {words[(i + 1) % 3]}\t{i % 2}")
+        words = one if i % 2 else other
+        rows.append(f"mu {words[i % 3]} eta {words[(i + 1) % 3]}\t{i % 2}")
     path.write_text("\n".join(rows) + "\n")
 
 
@@ -93,6 +95,10 @@ def test_a_family_defined_outside_the_library_runs_through_every_command(tmp_pat
     rows = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert [r["label"] for r in rows] == [str(i % 2) for i in range(48)]
 
+    # exported as its family allows, checked in onnxruntime against the model (export fails otherwise)
+    assert main(["export", str(tuned / "model"), str(tmp_path / "bag.onnx")]) == 0
+    assert "onnxruntime agrees" in capsys.readouterr().out
+
 
 def test_a_use_the_family_lacks_is_one_error_listing_what_it_has(tmp_path, bag_family, capsys):
     model = tmp_path / "model"
@@ -100,8 +106,7 @@ def test_a_use_the_family_lacks_is_one_error_listing_what_it_has(tmp_path, bag_f
     BAG.BagConfig(architectures=["BagForMaskedLM"]).save(str(model / "config.json"))
     assert main(["fill-mask", str(model), "a [MASK] b"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"bertforge: error: {model}: fill-mask is not for bag-of-words models; they support pretraining " \
-                  "and fine-tuning only"
+    assert err == f"bertforge: error: {model}: fill-mask is not for bag-of-words models; they support onnx"
     with pytest.raises(BertforgeError, match="fine-tune for classification, not qa"):
         bertforge_finetune(model, tmp_path)
 
@@ -117,4 +122,4 @@ def test_the_pages_loading_example_runs_as_written(capsys, monkeypatch):
     monkeypatch.chdir(DOC.parents[1])
     block = next(b for b in python_blocks(DOC.read_text()) if "bertforge.load(" in b)
     exec(compile(block, str(DOC), "exec"), {})
-    assert capsys.readouterr().out.split() == ["bert", "classification", "SequenceClassifier"]
+    assert capsys.readouterr().out.split() == ["bert", "sst2", "SequenceClassifier"]

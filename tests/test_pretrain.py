@@ -99,7 +99,7 @@ def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys, 
 
 
 def run_cli(args, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "bertforge.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "bertforge", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
 

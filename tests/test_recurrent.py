@@ -24,7 +24,7 @@ from bertforge.pretrain_recurrent import default_options, match_vocabulary, pret
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "bertforge.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "bertforge", *args], capture_output=True, text=True)
 
 
 # ---- blocks ---------------------------------------------------------------------------------------

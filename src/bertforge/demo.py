@@ -16,6 +16,8 @@ from .atomic import atomic_file
 from .errors import BertforgeError
 from .evaluate_lm import evaluate_lm, report
 from .fill_mask import FillMask
+from .pretrain import pretrain_with_recipe
+from .replay import run_arguments
 from .training.run_log import read_metrics
 
 # Scored as unseen text; two of the prompts below quote it.
@@ -89,8 +91,6 @@ def prepare_corpus(corpus: str, held_out: str | None = None) -> str:
 def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = None) -> None:
     """Pretrain on Shakespeare for `minutes` with `bertforge pretrain`'s own defaults (and `preset`
     when given), then score the model on a play it never saw and print fill-mask answers."""
-    from .cli import main
-
     held_out = os.path.join(out, "held-out")
     corpus = prepare_corpus(os.path.join(out, "corpus"), held_out)
     run = os.path.join(out, "pretrain")
@@ -98,13 +98,16 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = 
         import shutil
 
         shutil.rmtree(run)  # the demo always starts afresh
-    # Exactly what a user would type: the plays are paragraphs of speech (hence --layout prose);
-    # every other setting is the command's default for this budget.
+    # Exactly what a user would type, and the call it makes: the plays are paragraphs of speech (hence
+    # --layout prose); every other setting is the command's default for this budget.
+    cache = os.path.join(out, "cache")
     command = ["pretrain", "--corpus", corpus, "--out", run, "--max-minutes", f"{minutes:g}", "--layout", "prose",
-               "--cache-dir", os.path.join(out, "cache")] + (["--preset", preset] if preset else [])
+               "--cache-dir", cache] + (["--preset", preset] if preset else [])
     print("$ bertforge " + " ".join(command), flush=True)
-    if main(command) != 0:
-        raise BertforgeError("pretraining failed (see above)")
+    given = {"corpus": [corpus], "out": run, "max_minutes": minutes, "layout": "prose", "cache_dir": cache,
+             "preset": preset}
+    if pretrain_with_recipe(**given, command_line=run_arguments("pretrain", given))["status"] == "interrupted":
+        raise KeyboardInterrupt
 
     records = read_metrics(run)
     evals = [r for r in records if r.get("eval")]
@@ -115,7 +118,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = 
               f"NSP accuracy {e['nsp_accuracy']:.1%}")
     model_dir = os.path.join(run, "model")
     print(f"\n{HELD_OUT[:-4]}, never seen in training (bertforge evaluate-lm {model_dir} {held_out}):")
-    result = evaluate_lm(model_dir, [held_out], layout="prose", cache_dir=os.path.join(out, "cache"))
+    result = evaluate_lm(model_dir, [held_out], layout="prose", cache_dir=cache)
     print("  " + report(result).replace("\n", "\n  "))
     fill = FillMask(model_dir)
     print("\nfill-mask:")

@@ -193,6 +193,87 @@ def _run_tokenizer(out: str, files: list[str], given: str | None, resume: bool, 
     return Tokenizer.from_pretrained(tokenizer_dir)
 
 
+def pretrain_with_recipe(corpus, out: str, *, objective: str = "bert", preset: str | None = None,
+                         recipe: str = "small-budget", positions: str | None = None, layer_norm: str | None = None,
+                         generator_fraction: float = 0.25, tokenizer: str | None = None, init: str | None = None,
+                         vocab_size: int | None = None, cased: bool = False, vocab_kind: str | None = None,
+                         steps: int | None = None, max_minutes: float | None = None, resume: bool = False,
+                         max_seq_length: int = 128, batch_size: int | None = None, short_seq_prob: float = 0.1,
+                         layout: str = "auto", text_field: str = "text", cache_dir: str | None = None,
+                         eval_fraction: float = 0.02, mask_prob: float | None = None, replace_prob: float | None = None,
+                         random_prob: float | None = None, whole_word: bool = False, masking: str | None = None,
+                         lr: float | None = None, beta2: float | None = None, warmup: float | None = None,
+                         dropout: float | None = None, schedule: str | None = None, weight_decay: float = 0.01,
+                         accum: int = 1, clip: float | None = None, precision: str = "auto", compile: bool = False,
+                         seed: int = 0, log_every: int = 10, eval_every: int = 200, eval_batches: int = 20,
+                         save_every: int = 500, keep: int = 2, quiet: bool = False,
+                         report_to: list[str] | None = None, command_line: dict | None = None) -> dict:
+    """`bertforge pretrain` of a BERT-family objective or GPT-1, from Python: the options are the
+    command's, under its names and with its defaults (None: not given). The recipe's defaults
+    (`recipe.pretraining_recipe`, at the size `recipe.default_preset` picks for the budget) fill in
+    what was not given; the settings chosen are printed (unless `quiet`), then `pretrain` runs, and
+    how it ended is printed. Returns its summary. The CLI's pretrain command and the demo call it."""
+    family, record = find_objective(objective)
+    if preset and preset not in family.presets:
+        raise BertforgeError(f"--preset {preset} is not a size for --objective {objective}; choose one of "
+                             f"{', '.join(sorted(family.presets))}")
+    clip = 1.0 if clip is None else clip
+    # The recipe's defaults, then every flag given on top of them.
+    if init and preset:
+        raise BertforgeError("--init continues a checkpoint of its own size: drop --preset")
+    preset = None if init else preset or family.default_preset or default_preset(max_minutes)
+    width = read_config(init).hidden_size if init else None
+    chosen = pretraining_recipe(recipe, objective, preset, continued_width=width)
+    lr = chosen.lr if lr is None else lr
+    warmup = chosen.warmup if warmup is None else warmup
+    betas = chosen.betas if beta2 is None else (0.9, beta2)
+    positions = positions or (None if init else chosen.positions)  # --init: the checkpoint's
+    dropout = chosen.dropout if dropout is None else dropout
+    schedule = schedule or chosen.schedule
+    if layer_norm and len(family.layer_norms) < 2:
+        raise BertforgeError(f"--layer-norm is GPT's choice: not for --objective {objective}")
+    layer_norm = layer_norm or (None if init or resume else chosen.layer_norm)  # or the run's own
+    given = [flag for flag, value in (("--mask-prob", mask_prob), ("--masking", masking),
+                                      ("--whole-word", whole_word or None), ("--replace-prob", replace_prob),
+                                      ("--random-prob", random_prob)) if value is not None]
+    if not record.masks and given:
+        raise BertforgeError(f"{family.describe} predicts every next token and masks nothing: drop {', '.join(given)}")
+    mask_prob = chosen.mask_prob if mask_prob is None else mask_prob
+    if not quiet:
+        masked = f"masking {mask_prob:.0%}" if record.masks else "left-to-right, nothing masked"
+        order = LAYER_ORDERS.get(layer_norm, "") if len(family.layer_norms) > 1 else ""
+        print(f"{init or preset}, objective {objective}, recipe {chosen.name}: "
+              f"{positions or 'its own'} positions{order}, peak lr "
+              f"{lr:g}, warm-up {warmup:g}, {schedule} decay, beta2 {betas[1]:g}, dropout {dropout:g} while "
+              f"pretraining, {masked} (each has a flag; all saved in run_config.json)", flush=True)
+    options = TrainOptions(
+        lr=lr, betas=betas, out=out, steps=steps, max_minutes=max_minutes, warmup=warmup,
+        schedule=schedule, weight_decay=weight_decay, accum=accum, clip=clip,
+        precision=precision, log_every=log_every, eval_every=eval_every,
+        eval_batches=eval_batches, save_every=save_every, keep=keep, seed=seed,
+        progress=not quiet, compile=compile, report_to=report_to or (),
+    )
+    chosen_masking = masking_options(objective, mask_prob=mask_prob, replace_prob=replace_prob,
+                                     random_prob=random_prob, whole_word=whole_word or None, scheme=masking)
+    result = pretrain(
+        corpus, out, objective=objective, generator_fraction=generator_fraction,
+        preset=preset, tokenizer=tokenizer, vocab_size=vocab_size,
+        lowercase=not cased, vocab_kind=vocab_kind, max_seq_length=max_seq_length,
+        batch_size=batch_size,
+        short_seq_prob=short_seq_prob, masking=chosen_masking, layout=layout, text_field=text_field,
+        cache_dir=cache_dir, eval_fraction=eval_fraction, resume=resume, options=options,
+        recipe=recipe, positions=positions, dropout=dropout, init=init, command_line=command_line,
+        layer_norm=layer_norm,
+    )
+    print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
+          f"{out}/model, checkpoints in {out}/checkpoints")
+    return result
+
+
+# How the settings line names a decoder's layer order.
+LAYER_ORDERS = {"pre": ", GPT-2's layer order", "post": ", GPT-1's layer order"}
+
+
 def set_dropout(model: torch.nn.Module, p: float) -> None:
     """Every dropout of `model` (hidden, attention, heads) set to `p`, leaving the config alone, so
     that a model pretrained without dropout is still saved with the dropout fine-tuning wants."""

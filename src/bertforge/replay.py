@@ -18,17 +18,17 @@ PATH_OPTIONS = ("corpus", "out", "tokenizer", "init", "cache_dir", "train", "dev
 REPLAYABLE = ("pretrain", "finetune")
 
 
-def run_arguments(args) -> dict:
+def run_arguments(command: str, given: dict) -> dict:
     """The command and every option of a pretrain or finetune run, in the command line's own names
     (argparse's dests), as given: saved in the run's run_config.json, so that `--config` replays it."""
     options = {}
-    for name, value in vars(args).items():
+    for name, value in given.items():
         if name in ("command", "func", *NOT_REPLAYED):
             continue
         if name in PATH_OPTIONS and value is not None:
             value = [os.path.abspath(v) for v in value] if isinstance(value, list) else os.path.abspath(value)
         options[name] = value
-    return {"command": args.command, "args": options}
+    return {"command": command, "args": options}
 
 
 def config_defaults(parser: argparse.ArgumentParser, argv: list[str]) -> None:

@@ -1,0 +1,107 @@
+"""The `bertforge` command: a thin table of subcommands over the Python API.
+
+Each subcommand is one module here: `add_command` declares its flags, `run` calls one function;
+everything it does can be done from Python. `main` is the one error boundary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..checks import check_options
+from ..errors import BertforgeError
+from ..replay import REPLAYABLE, config_defaults
+from . import (demo, embed, evaluate, evaluate_lm, export, fill_mask, finetune, generate, import_allennlp, info,
+               predict, pretrain, serve, tokenizer)
+from .common import HelpFormatter
+
+# In the order `bertforge --help` lists them.
+COMMANDS = (demo, info, pretrain, finetune, evaluate, predict, embed, fill_mask, serve, export, import_allennlp,
+            generate, evaluate_lm, tokenizer)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end.")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    parser.add_argument("--version", action="version", version=f"bertforge {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_command(commands)
+    for name in REPLAYABLE:
+        commands.choices[name].add_argument(
+            "--config", metavar="RUN_CONFIG.json",
+            help="replay a run: the options saved in its run_config.json become the defaults, and options given "
+                 "here override them (--out OTHER to replay it elsewhere)")
+    # --debug after the command too; SUPPRESS so that a command's default does not undo one given before it
+    for command in _subcommands(parser):
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command.formatter_class = HelpFormatter
+    return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser):
+    """Every subcommand's parser, the nested ones (tokenizer train) included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from _subcommands(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = argparse.Namespace(debug="--debug" in argv)  # what the error boundary reads until the parse
+    try:
+        parser = build_parser()
+        config_defaults(parser, argv)
+        args = parser.parse_args(argv)
+        check_options(vars(args), args.command)
+        for name in ("model", "init"):  # a run directory stands for the model it wrote
+            value = getattr(args, name, None)
+            if isinstance(value, list):  # an ensemble
+                setattr(args, name, [model_directory(v) for v in value])
+            elif value:
+                setattr(args, name, model_directory(value))
+        args.func(args)
+    except KeyboardInterrupt:
+        print("bertforge: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `bertforge predict ... | head`: the reader left; nothing to say
+        sys.stderr.close()
+        return 0
+    except Exception as e:  # the one error boundary: one line and exit 2, a traceback only with --debug
+        if getattr(args, "debug", False):
+            raise
+        print(f"bertforge: error: {describe(e)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:  # the installed package's, without importing torch as `bertforge.__version__` would
+        return version("bertforge")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def model_directory(path: str) -> str:
+    """`path`, or `path/model` when `path` is the output folder of `pretrain` or `finetune`."""
+    if not os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "model",
+                                                                                             "config.json")):
+        return os.path.join(path, "model")
+    return path
+
+
+def describe(e: Exception) -> str:
+    """One line for any exception: ours as written; a file system error with its file; anything
+    else (a native library, a bug) with its type and the hint to see more."""
+    if isinstance(e, BertforgeError):
+        return str(e)
+    if isinstance(e, OSError) and e.filename:
+        return f"{e.filename}: {e.strerror or e}"
+    message = " ".join(str(e).split()) or "no message"
+    return f"{type(e).__name__}: {message} (--debug shows where)"

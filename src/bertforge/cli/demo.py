@@ -1,0 +1,21 @@
+"""`bertforge demo`: the README's main job, with no arguments needed."""
+
+from __future__ import annotations
+
+from ..config import PRESETS
+from .common import HelpFormatter
+
+
+def add_command(commands) -> None:
+    demo = commands.add_parser("demo", help="pretrain a small BERT on Shakespeare and try it (no arguments needed)",
+                               formatter_class=HelpFormatter)
+    demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs")
+    demo.add_argument("--minutes", type=float, default=3.0, help="pretraining budget")
+    demo.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: bertforge pretrain's)")
+    demo.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from ..demo import run_demo
+
+    run_demo(args.out, args.minutes, args.preset)

@@ -1,0 +1,53 @@
+"""`bertforge embed`: contextual vectors per sentence or per token."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import BertforgeError
+from .common import INFERENCE_PRECISION, HelpFormatter, add_device, resolve_device
+
+
+def add_command(commands) -> None:
+    em = commands.add_parser("embed", help="contextual vectors per sentence or per token",
+                             formatter_class=HelpFormatter)
+    em.add_argument("--model", required=True,
+                    help="any HF BERT directory, or an ELMo biLM made by pretrain --objective elmo")
+    em.add_argument("--input", help="text file, one text per line (default: standard input)")
+    em.add_argument("--output", required=True, help=".npy (sentence vectors) or .jsonl")
+    em.add_argument("--layers",
+                    help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4, or all (mean) "
+                         "(default: last; all for an ELMo model, its layers' average)")
+    em.add_argument("--pooling", choices=["mean", "cls", "tokens"],
+                    help="mean of the tokens, the [CLS] vector, or every token's vector (default: a "
+                         "sentence-transformers model's own pooling and normalisation, else mean)")
+    em.add_argument("--batch-size", type=int, default=128, help="texts per forward pass (grouped by length)")
+    em.add_argument("--max-length", type=int, help="tokens per text (default: the model's maximum)")
+    em.add_argument("--precision", **INFERENCE_PRECISION)
+    add_device(em)
+    em.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from ..embed import Embedder, check_output, write_embeddings
+    from ..tasks.common import read_text
+
+    check_output(args.output)  # before any work
+    texts = [line.rstrip("\r") for line in read_text(args.input).split("\n") if line.strip()]
+    if not texts:
+        raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
+    embedder = Embedder.from_pretrained(args.model, resolve_device(args.device), args.precision)
+    layers = args.layers or ("all" if hasattr(embedder, "vocab") else "last")  # ELMo: the average of its layers
+    layers = int(layers) if layers.lstrip("-").isdigit() else layers
+    from ..report import header, say
+
+    say(header(embedder.model, next(embedder.model.parameters()).device, args.precision,
+               f"{len(texts):,} texts from {args.input or 'standard input'}",
+               f"{args.output}: layers {layers}, pooling {args.pooling or 'its default'}"))
+    vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_length,
+                              progress=len(texts) >= 1000)  # a few seconds' work or more
+    # cut exactly as encode() cuts, so tokens and vectors line up
+    tokens = embedder.tokens(texts, args.max_length) if args.pooling == "tokens" else None
+    write_embeddings(args.output, vectors, texts, tokens)
+    shape = vectors.shape if hasattr(vectors, "shape") else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}"
+    print(f"wrote {shape} vectors to {args.output}", file=sys.stderr)

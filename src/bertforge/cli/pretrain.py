@@ -1,0 +1,222 @@
+"""`bertforge pretrain`: its options and the call: BERT's family and GPT-1 go to
+`pretrain.pretrain_with_recipe` (the recipe's defaults under the flags given; the demo calls it
+too), the recurrent objectives (AWD-LSTM, ELMo) to `pretrain_recurrent` with its `default_options`."""
+
+from __future__ import annotations
+
+from ..errors import BertforgeError
+from ..families import FAMILIES, objective, objective_names
+from ..replay import run_arguments
+from ..training.tracking import check_reporters
+from .common import REPORT_TO, VOCAB_KINDS, HelpFormatter
+
+
+def add_command(commands) -> None:
+    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA, ModernBERT or "
+                              "GPT-1 on a corpus",
+                              formatter_class=HelpFormatter)
+    _add_model(pre)
+    _add_budget(pre)
+    _add_data(pre)
+    _add_masking(pre)
+    _add_optimization(pre)
+    _add_recurrent(pre)
+    _add_logging(pre)
+    pre.set_defaults(func=run)
+
+
+def _add_model(pre) -> None:
+    pre.add_argument("--corpus", nargs="+", required=True,
+                     help="text files, folders or globs (.txt, .jsonl, optionally .gz)")
+    pre.add_argument("--out", required=True, help="run directory: checkpoints, final model, metrics")
+    pre.add_argument("--objective", default="bert", choices=objective_names(),
+                     help="bert: MLM + next-sentence prediction; roberta: MLM on packed full sentences; "
+                          "span: SpanBERT span masking + span-boundary objective; albert: factorised embeddings, "
+                          "shared layers, n-gram masking + sentence order; electra: replaced-token detection; "
+                          "modernbert: MLM over a ModernBERT encoder (pre-LN, rotary, GeGLU, local/global attention); "
+                          "gpt: GPT-1, a left-to-right language model; awd-lstm: ULMFiT's AWD-LSTM word-level "
+                          "language model (stages 1 and, with --init, 2); elmo: ELMo's character-aware biLM "
+                          "(see the recurrent options)")
+    pre.add_argument("--preset", choices=preset_names(),
+                     help="model size (default: by the budget: bert-tiny for --max-minutes 10 or less, else bert-mini; "
+                          "awd-lstm-small for awd-lstm, whose ULMFiT size is awd-lstm-ulmfit; elmo-cpu for elmo, "
+                          "whose paper sizes are elmo-small and elmo-original)")
+    pre.add_argument("--recipe", default="small-budget", choices=["small-budget", "bert-2018"],
+                     help="defaults of the settings below: small-budget (rotary positions for bert and span, "
+                          "learning rate by size, 10%% warm-up, beta2 0.98, no dropout while pretraining: "
+                          "measured best for CPU budgets) or bert-2018 (the BERT paper's, exactly)")
+    pre.add_argument("--positions", choices=["rotary", "absolute"],
+                     help="rotary: RoFormer (saved as RoFormerForMaskedLM; objectives bert and span; ModernBERT's "
+                          "always); absolute: BERT's learned position table (default: the recipe's)")
+    pre.add_argument("--layer-norm", choices=["pre", "post"],
+                     help="gpt: where each block's LayerNorms sit: post (GPT-1's, saved as openai-gpt) or pre "
+                          "(GPT-2's, with one after the last block, saved as gpt2), which trains in minutes where "
+                          "post lingers at the unigram loss (default: the recipe's: pre; bert-2018: post)")
+    pre.add_argument("--generator-fraction", type=float, default=0.25,
+                     help="ELECTRA: the generator's width as a fraction of the discriminator's")
+    pre.add_argument("--tokenizer", help="an existing tokenizer (HF directory); default: learn one on the corpus")
+    pre.add_argument("--init", help="continue pretraining this HF checkpoint (ours, or e.g. a downloaded BERT or "
+                     "MiniLM): its tokenizer, size and weights, a fresh optimizer, heads it lacks started fresh, "
+                     "the learning rate that fine-tunes its width")
+    pre.add_argument("--vocab-size", type=int, help="size of a vocabulary learned on the corpus (default: by its "
+                     "size: 8,192 below 10 MB, 16,384 below 100 MB, else 30,522)")
+    pre.add_argument("--cased", action="store_true", help="keep case when learning the vocabulary")
+    pre.add_argument("--vocab-kind", choices=VOCAB_KINDS,
+                     help="the vocabulary learned on the corpus: wordpiece (BERT's), byte-bpe (RoBERTa's), bpe "
+                          "(GPT-1's, with </w>); default bpe for --objective gpt, else wordpiece")
+
+
+def _add_budget(pre) -> None:
+    budget = pre.add_argument_group("budget (at least one)")
+    budget.add_argument("--steps", type=int, help="optimizer steps")
+    budget.add_argument("--max-minutes", type=float, help="wall-clock minutes of training")
+    pre.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+
+
+def _add_data(pre) -> None:
+    data = pre.add_argument_group("data")
+    data.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance, with [CLS] and [SEP]s")
+    data.add_argument("--batch-size", type=int,
+                      help="instances (recurrent models: streams) per optimizer step, all processes (default: 64 for "
+                           "roberta and awd-lstm, else 32)")
+    data.add_argument("--short-seq-prob", type=float, default=0.1, help="share of documents given a shorter target")
+    data.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
+                      help="lines: one sentence per line, blank line between documents; prose: paragraphs")
+    data.add_argument("--text-field", default="text", help="field holding the text in .jsonl files")
+    data.add_argument("--cache-dir", help="where shards are cached (default: $BERTFORGE_CACHE or ~/.cache/bertforge)")
+    data.add_argument("--eval-fraction", type=float, default=0.02, help="share of documents held out")
+
+
+def _add_masking(pre) -> None:
+    mask = pre.add_argument_group("masking")
+    mask.add_argument("--mask-prob", type=float, help="share of tokens predicted (default: the recipe's, 0.15); "
+                      "held-out accuracy is always measured at 0.15")
+    mask.add_argument("--replace-prob", type=float,
+                      help="share of those replaced by [MASK] (default 0.8; electra 0.85, as its paper's code)")
+    mask.add_argument("--random-prob", type=float,
+                      help="share of those replaced by a random token (default 0.1; electra 0)")
+    mask.add_argument("--whole-word", action="store_true", help="mask all pieces of a word together (token scheme)")
+    mask.add_argument("--masking", choices=["token", "span", "ngram"],
+                      help="token: BERT; span: SpanBERT's geometric whole-word spans; ngram: ALBERT's n-grams "
+                           "(default: the objective's: span for span, ngram for albert, else token)")
+
+
+def _add_optimization(pre) -> None:
+    opt = pre.add_argument_group("optimization")
+    opt.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's, by preset: small-budget "
+                     "2e-3 for bert-tiny, 1e-3 for bert-mini, ...; bert-2018 1e-4, 2e-4 for roberta)")
+    opt.add_argument("--beta2", type=float, help="Adam beta2 (default: the recipe's: 0.98; bert-2018 0.999)")
+    opt.add_argument("--warmup", type=float,
+                     help="warm-up: a fraction of the steps (<1) or steps (default: the recipe's: 0.1; bert-2018 0.01)")
+    opt.add_argument("--dropout", type=float, help="dropout while pretraining; the saved config keeps the "
+                     "preset's 0.1 for fine-tuning (default: the recipe's: 0; bert-2018 0.1)")
+    opt.add_argument("--schedule", choices=["linear", "cosine", "one-cycle", "constant", "slanted"],
+                     help="decay after warm-up: linear, or a cosine (cosine and one-cycle are the same), or "
+                          "ULMFiT's slanted triangular rates (default: the recipe's: cosine for gpt, one-cycle for "
+                          "awd-lstm, slanted for awd-lstm --init, else linear)")
+    opt.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
+    opt.add_argument("--accum", type=int, default=1, help="micro-batches per step (gradient accumulation)")
+    opt.add_argument("--clip", type=float, help="gradient-norm clipping (0: none; default 1, 0.25 for awd-lstm)")
+    opt.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+                     help="auto: bf16 where it is native (Ampere+ GPUs, CPUs with AVX512-BF16/AMX), fp16 with a "
+                          "gradient scaler on older GPUs, else fp32")
+    opt.add_argument("--compile", action="store_true",
+                     help="torch.compile the model (needs a C++ compiler on CPU; the first step includes compiling)")
+    opt.add_argument("--seed", type=int, default=0, help="seed for initialisation, data and masking")
+
+
+def _add_recurrent(pre) -> None:
+    rnn = pre.add_argument_group("recurrent (awd-lstm, elmo)")
+    rnn.add_argument("--bptt", type=int, help="length of the chunks back-propagated through (default: 70 for "
+                     "awd-lstm, with AWD-LSTM's variable lengths around it; elmo 20); the hidden state carries "
+                     "across chunks")
+    rnn.add_argument("--min-freq", type=int, default=2, help="words seen fewer times read as xxunk (--vocab-size "
+                     "caps the vocabulary: default 60,000, ULMFiT's)")
+    rnn.add_argument("--no-rules", action="store_true", help="lowercase only, without ULMFiT's xxmaj, xxup, xxrep, "
+                     "xxwrep tokens")
+    rnn.add_argument("--backwards", action="store_true", help="awd-lstm: train on reversed text (ULMFiT's backward "
+                     "model)")
+    rnn.add_argument("--dropout-scale", type=float, default=1.0,
+                     help="awd-lstm: multiplies its five dropouts (fastai's drop_mult)")
+    rnn.add_argument("--sampled-softmax", type=int, help="train with a sampled softmax of this many words drawn "
+                     "per batch (the held-out loss stays the full softmax's); 0: the full softmax; default: 2048 "
+                     "for awd-lstm over a vocabulary of more than 8,192 words (3x faster learning, measured), else "
+                     "the full softmax")
+
+
+def _add_logging(pre) -> None:
+    log = pre.add_argument_group("logging and checkpoints")
+    log.add_argument("--log-every", type=int, default=10, help="steps between metric records")
+    log.add_argument("--eval-every", type=int, default=200, help="steps between held-out evaluations (0: end only)")
+    log.add_argument("--eval-batches", type=int, default=20, help="held-out batches per evaluation")
+    log.add_argument("--save-every", type=int, default=500, help="steps between checkpoints")
+    log.add_argument("--keep", type=int, default=2, help="checkpoints kept")
+    log.add_argument("--quiet", action="store_true", help="no progress bars")
+    log.add_argument("--report-to", **REPORT_TO)
+
+
+def preset_names() -> list[str]:
+    """Every family's sizes: the Transformers' (which they share) in order of name, then the others'."""
+    names = sorted({p for f in FAMILIES if f.pipeline == "subword" for p in f.presets})
+    return names + [p for f in FAMILIES if f.pipeline != "subword" for p in f.presets if p not in names]
+
+
+def run(args) -> None:
+    from ..pretrain import pretrain_with_recipe
+
+    if args.steps is None and args.max_minutes is None:
+        raise BertforgeError("give a budget: --steps, --max-minutes, or both")
+    check_reporters(args.report_to)  # a tracker's missing package, before any work
+    if objective(args.objective)[0].pipeline == "word":
+        return run_recurrent(args)
+    result = pretrain_with_recipe(
+        args.corpus, args.out, objective=args.objective, preset=args.preset, recipe=args.recipe,
+        positions=args.positions, layer_norm=args.layer_norm, generator_fraction=args.generator_fraction,
+        tokenizer=args.tokenizer, init=args.init, vocab_size=args.vocab_size, cased=args.cased,
+        vocab_kind=args.vocab_kind, steps=args.steps, max_minutes=args.max_minutes, resume=args.resume,
+        max_seq_length=args.max_seq_length, batch_size=args.batch_size, short_seq_prob=args.short_seq_prob,
+        layout=args.layout, text_field=args.text_field, cache_dir=args.cache_dir, eval_fraction=args.eval_fraction,
+        mask_prob=args.mask_prob, replace_prob=args.replace_prob, random_prob=args.random_prob,
+        whole_word=args.whole_word, masking=args.masking, lr=args.lr, beta2=args.beta2, warmup=args.warmup,
+        dropout=args.dropout, schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum,
+        clip=args.clip, precision=args.precision, compile=args.compile, seed=args.seed, log_every=args.log_every,
+        eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
+        quiet=args.quiet, report_to=args.report_to,
+        command_line=run_arguments(args.command, vars(args)))  # as given, before the recipe fills in the rest
+    if result["status"] == "interrupted":
+        raise KeyboardInterrupt
+
+
+def run_recurrent(args) -> None:
+    from ..pretrain_recurrent import default_options, pretrain_recurrent
+
+    bert_only = [flag for flag, value in (
+        ("--mask-prob", args.mask_prob), ("--masking", args.masking), ("--whole-word", args.whole_word or None),
+        ("--replace-prob", args.replace_prob), ("--random-prob", args.random_prob), ("--positions", args.positions),
+        ("--layer-norm", args.layer_norm), ("--tokenizer", args.tokenizer), ("--vocab-kind", args.vocab_kind),
+        ("--dropout", args.dropout),
+        ("--cased", args.cased or None)) if value is not None]
+    if bert_only:
+        raise BertforgeError(f"{', '.join(bert_only)}: not for --objective {args.objective} (a word-level LSTM "
+                             "language model; see the recurrent options)")
+    sizes = objective(args.objective)[0].presets
+    if args.preset and args.preset not in sizes:
+        raise BertforgeError(f"--preset {args.preset} is not a size for --objective {args.objective}; choose one of "
+                             f"{', '.join(sizes)}")
+    options = default_options(
+        args.out, args.init, args.objective, lr=args.lr, warmup=args.warmup, schedule=args.schedule, clip=args.clip,
+        betas=None if args.beta2 is None else (0.8, args.beta2), steps=args.steps, max_minutes=args.max_minutes,
+        weight_decay=args.weight_decay, accum=args.accum, precision=args.precision, log_every=args.log_every,
+        eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
+        seed=args.seed, progress=not args.quiet, compile=args.compile, report_to=args.report_to)
+    result = pretrain_recurrent(
+        args.corpus, args.out, args.objective, preset=args.preset, init=args.init,
+        vocab_size=args.vocab_size or 60000, min_freq=args.min_freq, rules=not args.no_rules, bptt=args.bptt,
+        batch_size=args.batch_size, layout=args.layout, text_field=args.text_field,
+        eval_fraction=args.eval_fraction, resume=args.resume, options=options, backwards=args.backwards,
+        dropout_scale=args.dropout_scale, sampled_softmax=args.sampled_softmax,
+        command_line=run_arguments(args.command, vars(args)))
+    print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
+          f"{args.out}/model, checkpoints in {args.out}/checkpoints")
+    if result["status"] == "interrupted":
+        raise KeyboardInterrupt
