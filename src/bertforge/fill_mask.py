@@ -16,9 +16,9 @@ from .data.tokenizer import MASK
 class FillMask:
     """A loaded model and tokenizer, ready to answer many queries."""
 
-    def __init__(self, directory: str, device: str | torch.device = "cpu"):
+    def __init__(self, directory: str, device: str | torch.device = "cpu", config=None):
         try:
-            loaded = load(directory, device, model=BertPretraining, use="fill-mask", sentence=None)
+            loaded = load(directory, device, model=BertPretraining, use="fill-mask", config=config, sentence=None)
         except BertforgeError as e:
             if "missing weights: mlm." not in str(e):
                 raise

@@ -36,7 +36,7 @@ class Loaded:
     task: object | None = None  # a fine-tuned model's task; None for a pretrained one
 
 
-def load(directory: str, device: str | torch.device = "cpu", model=None, use: str | None = None,
+def load(directory: str, device: str | torch.device = "cpu", model=None, use: str | None = None, config=None,
          **options) -> Loaded:
     """Load the model in `directory`, in eval mode.
 
@@ -44,9 +44,10 @@ def load(directory: str, device: str | torch.device = "cpu", model=None, use: st
     by default a fine-tuned model's task model, else the checkpoint as its family saved it (the
     encoder of a Transformer: heads in the checkpoint are skipped; a recurrent family's language
     model). `use` (see `families.USES`) is checked first, so that a family without it gets one error
-    listing what it supports. `options` go to `model` (e.g. `sentence=None`).
+    listing what it supports. `config`: the directory's, when the caller has read it already.
+    `options` go to `model` (e.g. `sentence=None`).
     """
-    config = read_config(directory)
+    config = config or read_config(directory)
     family = family_of(config)
     if use is not None:
         family.supports(use, directory)

@@ -105,16 +105,8 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     elmo = family.lm == "bidirectional"  # ELMo's biLM, else an AWD-LSTM
     bptt = bptt or (20 if elmo else 70)
     batch_size = batch_size or record.batch_size
-    for name, value in (("vocab_size", vocab_size), ("batch_size", batch_size), ("eval_fraction", eval_fraction)):
-        check(name, value)
-    for name, value in (("min_freq", min_freq), ("bptt", bptt)):
-        if not isinstance(value, int) or value < 1:
-            raise BertforgeError(f"{name} must be a positive integer, got {value!r}")
-    if not 0 <= dropout_scale < 10 or ar < 0 or tar < 0:
-        raise BertforgeError("dropout_scale must be in [0, 10), ar and tar at least 0")
-    if sampled_softmax is not None and (not isinstance(sampled_softmax, int) or sampled_softmax < 0):
-        raise BertforgeError(f"sampled_softmax must be a number of words (0: the full softmax), "
-                             f"got {sampled_softmax!r}")
+    _check_options(vocab_size=vocab_size, batch_size=batch_size, eval_fraction=eval_fraction, min_freq=min_freq,
+                   bptt=bptt, dropout_scale=dropout_scale, ar=ar, tar=tar, sampled_softmax=sampled_softmax)
     if elmo and (init or backwards):
         raise BertforgeError("ELMo's biLM reads both directions and starts fresh: drop --init and --backwards")
     if init and preset:
@@ -176,6 +168,21 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
              "eval_documents": len(data.eval_documents), "words": vocab.vocab_size,
              "train_words": int(sum(len(d) for d in data.train_documents))}
     return train(model, data, options, vocab, {**(command_line or {}), **run_config, **facts}, resume)
+
+
+def _check_options(vocab_size, batch_size, eval_fraction, min_freq, bptt, dropout_scale, ar, tar,
+                   sampled_softmax) -> None:
+    """Each numeric option in its range, named in the error."""
+    for name, value in (("vocab_size", vocab_size), ("batch_size", batch_size), ("eval_fraction", eval_fraction)):
+        check(name, value)
+    for name, value in (("min_freq", min_freq), ("bptt", bptt)):
+        if not isinstance(value, int) or value < 1:
+            raise BertforgeError(f"{name} must be a positive integer, got {value!r}")
+    if not 0 <= dropout_scale < 10 or ar < 0 or tar < 0:
+        raise BertforgeError("dropout_scale must be in [0, 10), ar and tar at least 0")
+    if sampled_softmax is not None and (not isinstance(sampled_softmax, int) or sampled_softmax < 0):
+        raise BertforgeError(f"sampled_softmax must be a number of words (0: the full softmax), "
+                             f"got {sampled_softmax!r}")
 
 
 def elmo_documents(files: list[str], vocab: WordVocab, max_characters: int, layout: str, text_field: str,

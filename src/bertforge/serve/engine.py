@@ -13,16 +13,15 @@ import os
 
 import torch
 
-from ..families import family_of
 from ..embed import Embedder
 from ..errors import BertforgeError
+from ..families import family_of
 from ..finetune import label_names_of
-from ..load import load_finetuned
 from ..formats.hf import has_masked_lm_head, read_config
+from ..load import load
 from ..models.bert import Bert
 from ..predictor import answers, example
 from ..tasks.common import token_types
-from ..data.tokenizer import Tokenizer
 
 
 class Engine:
@@ -35,20 +34,19 @@ class Engine:
         self.task = self.fill = None
         self.names = None
         if config.bertforge_task:
-            self.model, self.task, self.tokenizer = load_finetuned(directory, device)
+            loaded = load(directory, device, config=config)
+            self.model, self.task, self.tokenizer = loaded.model, loaded.task, loaded.tokenizer
             self.names = label_names_of(self.model)
-            encoder = self.model.bert
+            self.embedder = Embedder(self.model.bert, self.tokenizer)
         elif has_masked_lm_head(config):
             from ..fill_mask import FillMask
 
-            self.fill = FillMask(directory, device)
+            self.fill = FillMask(directory, device, config)
             self.tokenizer = self.fill.tokenizer
-            encoder = self.fill.model.bert
+            self.embedder = Embedder(self.fill.model.bert, self.tokenizer)
         else:
-            encoder = None
-            self.tokenizer = Tokenizer.from_pretrained(directory)
-        self.embedder = Embedder.from_pretrained(directory, device) if encoder is None else \
-            Embedder(encoder, self.tokenizer)
+            self.embedder = Embedder.load(directory, config, device)
+            self.tokenizer = self.embedder.tokenizer
         self.encoder = self.embedder.model
         self.max_length = config.max_length
 
