@@ -90,6 +90,9 @@ class GPTConfig(HFConfig):
     pre_norm = property(lambda self: self.model_type == "gpt2")
     layer_norm = property(lambda self: "pre" if self.pre_norm else "post")
     positions = "absolute"
+    token_head = False
+    token_types = False  # no segment table (HF's convention would embed the zeros as token 0)
+    score_bias = False  # HF's GPT sequence classifier projects without a bias
     # BERT's names for the same values, read by code shared by every family.
     hidden_size = property(lambda self: self.n_embd)
     num_hidden_layers = property(lambda self: self.n_layer)

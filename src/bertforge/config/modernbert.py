@@ -129,6 +129,9 @@ class ModernBertConfig(HFConfig):
     # checks, the tokenizer check): ModernBERT has one token type and no factorised embeddings.
     word_size = property(lambda self: self.hidden_size)
     positions = "rotary"
+    token_head = True  # its task classes put its dense -> act -> LayerNorm head on every token first
+    token_types = True
+    score_bias = True
     embedding_size = None
     type_vocab_size = 1
     num_hidden_groups = None

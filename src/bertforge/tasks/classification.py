@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..config import BertConfig, GPTConfig
+from ..config import BertConfig
 from ..errors import BertforgeError
 from ..losses import classification_losses
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
@@ -223,7 +223,7 @@ class SequenceClassifier(nn.Module):
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.regression = config.problem_type == "regression"
         self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout,
-                                         bias=not isinstance(config, GPTConfig))
+                                         bias=config.score_bias)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
         self.mix = None
         if (config.bertforge_task or {}).get("features") == "scalar-mix":

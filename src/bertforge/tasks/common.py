@@ -13,7 +13,6 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from ..config import GPTConfig
 from ..data.batches import Position
 from ..data.corpus import json_object
 from ..errors import BertforgeError
@@ -336,7 +335,7 @@ def inference_batches(model, task, features: list, batch_size: int) -> Iterator[
 def token_types(model, types: torch.Tensor) -> torch.Tensor | None:
     """BERT's segment ids for `model`'s encoder, or None for GPT-1, which has no segment table (HF's
     convention would embed the zeros as token 0)."""
-    return None if isinstance(model.config, GPTConfig) else types
+    return types if model.config.token_types else None
 
 
 def auxiliary_lm(model, hidden: torch.Tensor, batch: dict) -> dict:

@@ -327,7 +327,7 @@ class QuestionAnswerer(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         # ModernBERT's QA class puts its dense -> act -> LayerNorm head on every token first.
-        modern = config.model_type == "modernbert"
+        modern = config.token_head
         self.bert = encoder(config, pooler=not modern)
         self.transform = Head(config) if modern else None
         # BERT's QA class has no dropout before its output layer; ModernBERT's has its classifier's

@@ -318,7 +318,7 @@ class TokenClassifier(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         # ModernBERT's token classes put its dense -> act -> LayerNorm head on every token first.
-        modern = config.model_type == "modernbert"
+        modern = config.token_head
         self.bert = encoder(config, pooler=not modern)
         self.transform = Head(config) if modern else None
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
