@@ -1,4 +1,5 @@
-"""The training loop: one function, written out. Learning rate is a pure function of the step.
+"""The training loop: one function (`_train`), each of its steps a named function beside it. Learning
+rate is a pure function of the step.
 
 What it does each step: draw `accum` micro-batches, divide each loss term by its count summed over
 the whole step (and over processes), backpropagate, clip, update. Around that: progress, a JSONL
