@@ -4,9 +4,9 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, word_tokenizer
 
-from bertforge import BertforgeError, Tokenizer, save_pretrained
+from bertforge import BertforgeError, save_pretrained
 from bertforge.finetune import evaluate, finetune
 from bertforge.load import load_finetuned
 from bertforge.models.bert import Bert
@@ -29,8 +29,7 @@ def jsonl(path, items=ITEMS):
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):
     directory = tmp_path_factory.mktemp("base")
-    texts = [c + " " + " ".join(e) for c, e, _ in ITEMS]
-    tokenizer = Tokenizer.train(texts=texts * 3, vocab_size=100, min_frequency=1)
+    tokenizer = word_tokenizer(directory, [c + " " + " ".join(e) for c, e, _ in ITEMS])
     torch.manual_seed(0)
     save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(directory), tokenizer)
     return str(directory)

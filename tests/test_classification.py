@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, word_tokenizer
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
@@ -32,7 +32,7 @@ NEGATIVE = ["a bad film", "truly awful acting", "bad and awful", "an awful story
 def base_model(tmp_path_factory):
     """A tiny 'pretrained' BERT with its own vocabulary, as a fine-tuning starting point."""
     directory = tmp_path_factory.mktemp("base")
-    tokenizer = Tokenizer.train(texts=POSITIVE + NEGATIVE, vocab_size=80, min_frequency=1)
+    tokenizer = word_tokenizer(directory, POSITIVE + NEGATIVE)
     torch.manual_seed(0)
     save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(directory), tokenizer)
     return str(directory)

@@ -8,9 +8,9 @@ import random
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, word_tokenizer
 
-from bertforge import BertforgeError, Tokenizer, save_pretrained
+from bertforge import BertforgeError, save_pretrained
 from bertforge.cli import main
 from bertforge.finetune import evaluate
 from bertforge.load import load_finetuned
@@ -181,7 +181,7 @@ def relay(tmp_path_factory):
     """A tiny BERT and train / dev files of the relay task."""
     directory = tmp_path_factory.mktemp("relay")
     train, dev = relay_sentences(48, 0), relay_sentences(24, 1)
-    tokenizer = Tokenizer.train(texts=[" ".join(w) for w, _ in train], vocab_size=40, min_frequency=1)
+    tokenizer = word_tokenizer(directory, [" ".join(w) for w, _ in train])
     torch.manual_seed(0)
     save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(directory / "base"), tokenizer)
     return {"base": str(directory / "base"), "train": write_conll(directory / "train.txt", train),

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import GPT_ORDERS
+from conftest import GPT_ORDERS, word_tokenizer
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
@@ -48,7 +48,7 @@ def gpt_models(tmp_path_factory):
     """Tiny 'pretrained' GPTs, one of each layer order, with a vocabulary covering every test text."""
     texts = (POSITIVE + NEGATIVE + [a + " " + b for a, b, _ in PAIRS] + [c + " " + " ".join(e) for c, e, _ in ITEMS]
              + [s for s, _ in SENTENCES] + [CONTEXT] + [q for q, _ in QUESTIONS])
-    tokenizer = Tokenizer.train(texts=texts * 2, vocab_size=200, min_frequency=1)
+    tokenizer = word_tokenizer(tmp_path_factory.mktemp("words"), texts)
     models = {}
     for model_type in GPT_ORDERS:
         directory = tmp_path_factory.mktemp(model_type)

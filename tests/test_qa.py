@@ -2,11 +2,10 @@
 
 import json
 import os
-import re
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, word_tokenizer
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.finetune import evaluate, finetune, predict
@@ -39,12 +38,8 @@ def squad_file(path, questions=QUESTIONS, context=CONTEXT, impossible=()):
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):
     directory = tmp_path_factory.mktemp("base")
-    # A word per token, written out: a vocabulary learned here would break ties in hash order
-    # (huggingface/tokenizers#1794), and one machine's pieces made the overfitting test stall at 0.6.
-    texts = [CONTEXT] + [q for q, _ in QUESTIONS]
-    words = sorted({w for text in texts for w in re.findall(r"\w+|[^\w\s]", text.lower())})
-    (directory / "words.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-    tokenizer = Tokenizer.from_vocab(str(directory / "words.txt"))
+    # a word vocabulary (see word_tokenizer): one machine's learned pieces made the overfitting test stall at 0.6
+    tokenizer = word_tokenizer(directory, [CONTEXT] + [q for q, _ in QUESTIONS])
     torch.manual_seed(0)
     save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size, max_position_embeddings=128)), str(directory),
                     tokenizer)

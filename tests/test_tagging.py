@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, word_tokenizer
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.cli import main
@@ -42,7 +42,7 @@ def write_conll(path, sentences=SENTENCES, docstart=True):
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):
     directory = tmp_path_factory.mktemp("base")
-    tokenizer = Tokenizer.train(texts=[s for s, _ in SENTENCES] * 3, vocab_size=60, min_frequency=1)
+    tokenizer = word_tokenizer(directory, [s for s, _ in SENTENCES], pieces=["##son", "##ian"])  # smith-son-ian
     torch.manual_seed(0)
     save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(directory), tokenizer)
     return str(directory)

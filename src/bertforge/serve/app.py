@@ -97,30 +97,53 @@ def texts_of(body: dict) -> tuple[list[str], bool]:
 
 def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0) -> Starlette:
     """The service for `engine`: see the module docstring and the README's "Serve" section."""
-    executor = ThreadPoolExecutor(max_workers=1)  # one model call at a time; torch uses the cores inside it
+    service = Service(engine, max_batch, max_wait_ms)
+    routes = [Route("/", page), Route("/health", health), Route("/info", service.info)]
+    for name, handler in (("fill-mask", service.fill_mask), ("embed", service.embed), ("predict", service.predict),
+                          ("attention", service.attention), ("tokens", service.tokens)):
+        routes.append(Route(f"/{name}", endpoint(handler), methods=["POST"]))
+    app = Starlette(routes=routes, lifespan=service.lifespan)
+    app.state.batchers = service.batchers
+    return app
 
-    def run_fill(items):
+
+class Service:
+    """What the endpoints share: the engine, the one thread that calls the model, and the batchers
+    that answer concurrent requests with one model call."""
+
+    def __init__(self, engine: Engine, max_batch: int, max_wait_ms: float):
+        self.engine, self.max_batch, self.max_wait_ms = engine, max_batch, max_wait_ms
+        self.executor = ThreadPoolExecutor(max_workers=1)  # one model call at a time; torch uses the cores inside it
+        self.batchers = {"fill-mask": Batcher(self.run_fill, self.executor, max_batch, max_wait_ms / 1000),
+                         "embed": Batcher(self.run_embed, self.executor, max_batch, max_wait_ms / 1000),
+                         "predict": Batcher(engine.predict, self.executor, max_batch, max_wait_ms / 1000)}
+
+    def run_fill(self, items):
         top = max(k for _, k in items)
-        answers = engine.fill_mask([text for text, _ in items], top)
+        answers = self.engine.fill_mask([text for text, _ in items], top)
         for answer, (_, k) in zip(answers, items):
             answer["masks"] = [candidates[:k] for candidates in answer["masks"]]
         return answers
 
-    def run_embed(items):
+    def run_embed(self, items):
         out = [None] * len(items)
         for pooling in {p for _, p in items}:  # one call per pooling asked for
             rows = [i for i, (_, p) in enumerate(items) if p == pooling]
-            for i, answer in zip(rows, engine.embed([items[i][0] for i in rows], pooling)):
+            for i, answer in zip(rows, self.engine.embed([items[i][0] for i in rows], pooling)):
                 out[i] = answer
         return out
 
-    batchers = {"fill-mask": Batcher(run_fill, executor, max_batch, max_wait_ms / 1000),
-                "embed": Batcher(run_embed, executor, max_batch, max_wait_ms / 1000),
-                "predict": Batcher(engine.predict, executor, max_batch, max_wait_ms / 1000)}
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        for batcher in self.batchers.values():
+            batcher.start()
+        yield
+        for batcher in self.batchers.values():
+            await batcher.stop()
 
-    async def body_of(request: Request, endpoint: str) -> dict:
+    async def body_of(self, request: Request, endpoint: str) -> dict:
         try:
-            engine.require(endpoint)
+            self.engine.require(endpoint)
         except BertforgeError as e:
             raise RequestError(str(e), 400) from None
         declared = request.headers.get("content-length")
@@ -137,28 +160,34 @@ def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0) ->
             raise RequestError(f"the body is not valid JSON ({getattr(e, 'msg', e)})", 400) from None
         return check_fields(body, FIELDS[endpoint])
 
-    async def fill_mask(request: Request):
-        body = await body_of(request, "fill-mask")
+    async def in_thread(self, function, *args):
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+        except BertforgeError as e:
+            raise RequestError(str(e)) from None
+
+    async def fill_mask(self, request: Request):
+        body = await self.body_of(request, "fill-mask")
         texts, many = texts_of(body)
         top_k = body.get("top_k", 5)
         if not 1 <= top_k <= MAX_TOP_K:
             raise RequestError(f'"top_k" must be from 1 to {MAX_TOP_K}, got {top_k}')
         for text in texts:
-            await in_thread(engine.check_fill_mask, text)
-        answers = await batchers["fill-mask"]([(t, top_k) for t in texts])
+            await self.in_thread(self.engine.check_fill_mask, text)
+        answers = await self.batchers["fill-mask"]([(t, top_k) for t in texts])
         return answers if many else answers[0]
 
-    async def embed(request: Request):
-        body = await body_of(request, "embed")
+    async def embed(self, request: Request):
+        body = await self.body_of(request, "embed")
         texts, many = texts_of(body)
         pooling = body.get("pooling", "mean")
         if pooling not in ("mean", "cls"):
             raise RequestError(f'"pooling" must be "mean" or "cls", got {pooling!r}')
-        answers = await batchers["embed"]([(t, pooling) for t in texts])
+        answers = await self.batchers["embed"]([(t, pooling) for t in texts])
         return answers if many else answers[0]
 
-    async def predict(request: Request):
-        body = await body_of(request, "predict")
+    async def predict(self, request: Request):
+        body = await self.body_of(request, "predict")
         many = "inputs" in body
         if many:
             if len(body) > 1:
@@ -176,65 +205,48 @@ def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0) ->
             for i, choice in enumerate(r.get("choices", ())):
                 check_text(choice, f"choices[{i}]")
             try:
-                examples.append(engine.example(r))
+                examples.append(self.engine.example(r))
             except BertforgeError as e:
                 raise RequestError(str(e)) from None
-        answers = await batchers["predict"](examples)
+        answers = await self.batchers["predict"](examples)
         return answers if many else answers[0]
 
-    async def attention(request: Request):
-        body = await body_of(request, "attention")
-        return await in_thread(engine.attention, body["text"], body.get("pair"))
+    async def attention(self, request: Request):
+        body = await self.body_of(request, "attention")
+        return await self.in_thread(self.engine.attention, body["text"], body.get("pair"))
 
-    async def tokens(request: Request):
-        body = await body_of(request, "tokens")
-        return await in_thread(engine.tokens, body["text"], body.get("pair"))
+    async def tokens(self, request: Request):
+        body = await self.body_of(request, "tokens")
+        return await self.in_thread(self.engine.tokens, body["text"], body.get("pair"))
 
-    async def in_thread(function, *args):
+    async def info(self, request: Request):
+        return JSONResponse({**self.engine.info(), "limits": {
+            "max_body_bytes": MAX_BODY, "max_texts": MAX_TEXTS, "max_chars": MAX_CHARS, "max_batch": self.max_batch,
+            "max_wait_ms": self.max_wait_ms}})
+
+
+def endpoint(handler):
+    """`handler`'s answer as JSON; a bad request as {"error": ...} with its status, a bug as a 500
+    for this request alone."""
+    async def respond(request: Request):
         try:
-            return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
+            return JSONResponse(await handler(request))
+        except RequestError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
         except BertforgeError as e:
-            raise RequestError(str(e)) from None
+            return JSONResponse({"error": str(e)}, status_code=422)
+        except Exception as e:  # a bug: this request fails, the service goes on
+            print(f"bertforge serve: {type(e).__name__}: {e}", file=sys.stderr)
+            return JSONResponse({"error": f"internal error ({type(e).__name__})"}, status_code=500)
+    return respond
 
-    def endpoint(handler):
-        async def respond(request: Request):
-            try:
-                return JSONResponse(await handler(request))
-            except RequestError as e:
-                return JSONResponse({"error": str(e)}, status_code=e.status)
-            except BertforgeError as e:
-                return JSONResponse({"error": str(e)}, status_code=422)
-            except Exception as e:  # a bug: this request fails, the service goes on
-                print(f"bertforge serve: {type(e).__name__}: {e}", file=sys.stderr)
-                return JSONResponse({"error": f"internal error ({type(e).__name__})"}, status_code=500)
-        return respond
 
-    async def health(request: Request):
-        return JSONResponse({"status": "ok"})
+async def health(request: Request):
+    return JSONResponse({"status": "ok"})
 
-    async def info(request: Request):
-        return JSONResponse({**engine.info(), "limits": {"max_body_bytes": MAX_BODY, "max_texts": MAX_TEXTS,
-                                                         "max_chars": MAX_CHARS, "max_batch": max_batch,
-                                                         "max_wait_ms": max_wait_ms}})
 
-    async def page(request: Request):
-        return HTMLResponse(resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8"))
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        for batcher in batchers.values():
-            batcher.start()
-        yield
-        for batcher in batchers.values():
-            await batcher.stop()
-
-    routes = [Route("/", page), Route("/health", health), Route("/info", info)]
-    for name, handler in (("fill-mask", fill_mask), ("embed", embed), ("predict", predict),
-                          ("attention", attention), ("tokens", tokens)):
-        routes.append(Route(f"/{name}", endpoint(handler), methods=["POST"]))
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.batchers = batchers
-    return app
+async def page(request: Request):
+    return HTMLResponse(resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8"))
 
 
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu", max_batch: int = 32,

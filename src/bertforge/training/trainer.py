@@ -1,4 +1,5 @@
-"""The training loop: one function, written out. Learning rate is a pure function of the step.
+"""The training loop: one function (`_train`), each of its steps a named function beside it. Learning
+rate is a pure function of the step.
 
 What it does each step: draw `accum` micro-batches, divide each loss term by its count summed over
 the whole step (and over processes), backpropagate, clip, update. Around that: progress, a JSONL
@@ -16,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -101,9 +102,113 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
         return _train(model, data, options, tokenizer, run_config, resume, evaluator, cleanup)
 
 
+@dataclass
+class _Run:
+    """One run as `_train`'s steps share it: what was set up before the first step, the counters a
+    checkpoint saves, and this process's clocks and meters."""
+
+    o: TrainOptions
+    model: torch.nn.Module  # the objective
+    net: torch.nn.Module  # what runs the batches: the model, compiled and in DDP where asked
+    data: object
+    tokenizer: object
+    evaluator: object
+    rank: int
+    world: int
+    device: torch.device
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    autocast: object = None
+    weights: dict = field(default_factory=dict)  # an objective's weights of its terms (ELECTRA: 50 x the discriminator's)
+    # saved in every checkpoint
+    step: int = 0
+    position: Position = field(default_factory=Position)
+    elapsed: float = 0.0  # seconds trained before this process started
+    total_steps: int | None = None
+    sums: dict | None = None  # the metrics window: sums since the last record, and its tokens
+    window_tokens: int = 0
+    best: dict = field(default_factory=lambda: {"score": None, "step": None, "stale": 0})
+    # this process's
+    warmup: int = 0
+    replan_at: int | None = None
+    reporter: object = None
+    bar: object = None
+    faults: _NonFinite | None = None
+    host_group: object = None
+    start: float = 0.0  # the clock's reading at elapsed 0
+    window_start: float = 0.0
+    loop_start: float = 0.0
+    paused_seconds: float = 0.0  # evaluation and checkpoints since loop_start
+    last_saved: int = -1
+    last_eval: dict | None = None
+    status: str = "done"
+
+
 def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | None, resume: bool, evaluator,
            cleanup: contextlib.ExitStack) -> dict:
     o = options
+    run = _start(model, data, o, tokenizer, evaluator, resume, run_config)
+    _open_outputs(run, run_config, resume, cleanup)
+    batches = data.batches(run.position)
+    _plan(run)
+    stop = _StopFlag()
+    run.bar = progress(total=run.total_steps, initial=run.step, disable=not (o.progress and run.rank == 0),
+                       desc="training", unit="steps")
+    run.start, run.window_start = time.perf_counter() - run.elapsed, time.perf_counter()
+    run.last_saved = run.step if resume else -1
+    compile_clock = time.perf_counter() if o.compile else None
+    run.loop_start = time.perf_counter()
+    # Nothing in a step waits for the device: losses, gradient norms and the non-finite check stay
+    # device tensors, read on the host only at log, evaluation and checkpoint steps and at the end
+    # (on a GPU each read stalls the queue of kernels until it drains).
+    run.faults, run.host_group = _NonFinite(run.device), _host_group(run.world)
+    with stop:
+        while run.step < run.total_steps:
+            reason = _stop_reason(run, stop.requested)
+            if reason:
+                run.status = reason
+                break
+            next_position, micro = next(batches)
+            totals = _host_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, run.host_group)
+            lr = _set_learning_rates(run)
+            step_sums, step_loss = _forward_backward(run, micro, totals)
+            _apply_gradients(run, step_loss)
+            run.step += 1
+            run.position = next_position
+            run.window_tokens += sum(b["tokens"] for b in micro) * run.world
+            run.sums = _add(run.sums, step_sums, totals)
+            run.bar.update(1)
+            if compile_clock is not None:
+                _log(run.rank == 0, f"first step, compilation included: {time.perf_counter() - compile_clock:.1f}s")
+                compile_clock = None
+            if run.step == run.replan_at:
+                _replan_budget(run)
+
+            step = run.step
+            logging = step % o.log_every == 0 or step == run.total_steps
+            evaluating = bool(o.eval_every) and step % o.eval_every == 0
+            saving = bool(o.save_every) and step % o.save_every == 0
+            if logging or evaluating or saving:
+                run.faults.check(step, o.out)  # the interval's one wait for the device
+            if logging:
+                _log_step(run, lr)
+            paused = time.perf_counter()
+            if evaluating:
+                improved = _judge(run, _evaluate_now(run), step)
+                if o.patience and not improved and run.best["stale"] >= o.patience:
+                    run.status = f"stopped early: no better {o.select} in {o.patience} evaluations"
+            if saving or run.status.startswith("stopped"):
+                _save(run)
+            if run.status.startswith("stopped"):
+                break
+            run.window_start += time.perf_counter() - paused  # tokens/s measures training, not evaluation
+            run.paused_seconds += time.perf_counter() - paused
+    return _finish(run)
+
+
+def _start(model, data, o: TrainOptions, tokenizer, evaluator, resume: bool, run_config: dict | None) -> _Run:
+    """Everything before the first step: the device, the optimizer, the precision, the checkpoint
+    resumed from, the model compiled and wrapped for DDP."""
     if not o.steps and not o.max_minutes:
         raise BertforgeError("give a budget: a number of steps, a number of minutes, or both")
     rank, world, device = distributed_setup()
@@ -112,8 +217,6 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
         reuse_freed_memory()
     torch.manual_seed(o.seed)
     model.to(device)
-    step, position, elapsed, total_steps, window = 0, Position(), 0.0, o.steps, None
-    best = {"score": None, "step": None, "stale": 0}
     groups = (layer_groups(model, o.weight_decay, o.layer_decay, o.unfreeze_every)
               if o.layer_decay != 1.0 or o.unfreeze_every else None)
     optimizer = make_optimizer(model, o.lr, o.weight_decay, o.betas, o.eps, groups)
@@ -121,209 +224,227 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
     # fp16 (GPUs without native bf16) needs its loss scaled against underflow; the scaler skips a
     # step whose gradients overflowed and lowers the scale. Disabled, it passes everything through.
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    run = _Run(o, model, model, data, tokenizer, evaluator, rank, world, device, optimizer, scaler,
+               total_steps=o.steps)
     checkpoints = os.path.join(o.out, "checkpoints")
     if resume:
-        step, position, elapsed, total_steps, window, saved_best = restore_checkpoint(model, optimizer, checkpoints,
-                                                                                      device, scaler)
-        best.update(saved_best or {})
-        if o.select and best["score"] is not None and abs(best["score"]) > 1:
-            best["score"] /= 100  # checkpointed when task scores were kept in percent; they are fractions now
-        _log(rank == 0, f"resuming from step {step} (epoch {position.epoch}, instance {position.index})")
-        if o.steps and o.steps != total_steps:
-            _log(rank == 0, f"the run planned {total_steps} steps; now {o.steps} (the schedule stretches to fit)")
-            total_steps = o.steps
+        _resume(run, checkpoints)
     elif latest_checkpoint(o.out):
         raise BertforgeError(f"{o.out} already holds checkpoints: pass --resume to continue, or choose another --out")
     if rank == 0:
         remove_incomplete(checkpoints)
         remove_leftovers(os.path.join(o.out, "model"))
-    autocast = precision_autocast(precision, device)
+    run.autocast = precision_autocast(precision, device)
     _log(rank == 0 and o.progress, header(model, run_config or {}, o, device, precision, world))
     # An objective may weigh its terms (ELECTRA: 50 x the discriminator's); terms are logged unweighted.
-    weights = getattr(model, "loss_weights", {})
+    run.weights = getattr(model, "loss_weights", {})
     net = torch.compile(model, dynamic=True) if o.compile else model
-    net = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
+    run.net = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
+    return run
 
-    reporter = None
-    if rank == 0:
-        os.makedirs(o.out, exist_ok=True)
-        written = {**(run_config or {}), "training": asdict(o), "world_size": world, "versions": versions()}
-        with atomic_file(os.path.join(o.out, "run_config.json")) as f:
-            json.dump(written, f, indent=2)
-        truncate_metrics(os.path.join(o.out, "metrics.jsonl"), step)
-        reporter = cleanup.enter_context(open_reporters(o.report_to, o.out, written, step if resume else None))
 
-    def write(record: dict) -> None:
-        """A record to metrics.jsonl and to the trackers (rank 0 only)."""
-        append_record(rank, o.out, record)
-        if reporter is not None:
-            reporter.report(record)
-    batches = data.batches(position)
-    replan_at = None
-    if total_steps is None:
-        total_steps = _estimate_steps(net, data, autocast, device, o, world)
-        _log(rank == 0, f"time budget of {o.max_minutes} min: planning {total_steps} steps")
+def _resume(run: _Run, checkpoints: str) -> None:
+    """The model, optimizer and counters of the latest checkpoint."""
+    o = run.o
+    run.step, run.position, run.elapsed, run.total_steps, window, saved_best = restore_checkpoint(
+        run.model, run.optimizer, checkpoints, run.device, run.scaler)
+    run.best.update(saved_best or {})
+    if o.select and run.best["score"] is not None and abs(run.best["score"]) > 1:
+        run.best["score"] /= 100  # checkpointed when task scores were kept in percent; they are fractions now
+    _log(run.rank == 0, f"resuming from step {run.step} (epoch {run.position.epoch}, instance {run.position.index})")
+    if o.steps and o.steps != run.total_steps:
+        _log(run.rank == 0, f"the run planned {run.total_steps} steps; now {o.steps} (the schedule stretches to fit)")
+        run.total_steps = o.steps
+    # The metrics window is part of the state, so that records after a resume average the same
+    # steps as in an uninterrupted run.
+    run.sums, run.window_tokens = window if window else (None, 0)
+
+
+def _open_outputs(run: _Run, run_config: dict | None, resume: bool, cleanup: contextlib.ExitStack) -> None:
+    """run_config.json written, metrics.jsonl cut back to the step resumed from, the trackers opened (rank 0)."""
+    o = run.o
+    if run.rank != 0:
+        return
+    os.makedirs(o.out, exist_ok=True)
+    written = {**(run_config or {}), "training": asdict(o), "world_size": run.world, "versions": versions()}
+    with atomic_file(os.path.join(o.out, "run_config.json")) as f:
+        json.dump(written, f, indent=2)
+    truncate_metrics(os.path.join(o.out, "metrics.jsonl"), run.step)
+    run.reporter = cleanup.enter_context(open_reporters(o.report_to, o.out, written, run.step if resume else None))
+
+
+def _write(run: _Run, record: dict) -> None:
+    """A record to metrics.jsonl and to the trackers (rank 0 only)."""
+    append_record(run.rank, run.o.out, record)
+    if run.reporter is not None:
+        run.reporter.report(record)
+
+
+def _plan(run: _Run) -> None:
+    """The number of steps (from the time budget when no number was given) and of warm-up steps."""
+    if run.total_steps is None:
+        run.total_steps = _estimate_steps(run.net, run.data, run.autocast, run.device, run.o, run.world)
+        _log(run.rank == 0, f"time budget of {run.o.max_minutes} min: planning {run.total_steps} steps")
         # A few timed passes misjudge the pace by up to a third (a cold allocator, a short first
         # batch), and the pace drifts (a 30-minute run slowed by 13% after its first 20 steps), so
         # the plan is made again from the real steps so far at steps 20, 40, 80, ... while they
         # are less than half of it.
-        replan_at = REPLAN_STEPS if total_steps > 2 * REPLAN_STEPS else None
-    warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
+        run.replan_at = REPLAN_STEPS if run.total_steps > 2 * REPLAN_STEPS else None
+    run.warmup = _warmup_steps(run.o, run.total_steps)
 
-    last_eval = {}
 
-    def run_eval() -> dict:
-        if evaluator is None:
-            metrics = evaluate(net, data, o.eval_batches, autocast, device)
-        else:
-            model.eval()
-            with torch.no_grad(), autocast:
-                metrics = evaluator(model)
-            model.train()
-        last_eval["metrics"] = metrics
-        return metrics
+def _warmup_steps(o: TrainOptions, total_steps: int) -> int:
+    """`warmup` as a number of steps: a fraction of them below 1."""
+    return int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
 
-    def judge(metrics: dict, at_step: int) -> bool:
-        """Log an evaluation; with `select`, keep the model if it is the best so far."""
-        write({"step": at_step, "eval": metrics})
-        if rank == 0 and o.progress:  # fractions in metrics.jsonl; percent for people (bar.write: under a bar)
-            bar.write(f"{'dev' if evaluator else 'held-out'} at step {at_step}: {format_scores(metrics)}",
+
+def _replan_budget(run: _Run) -> None:
+    """The number of steps planned again from the measured pace of the steps so far (see `_plan`)."""
+    step = run.step
+    step_seconds = (time.perf_counter() - run.loop_start - run.paused_seconds) / step
+    run.total_steps = _replan(step, step_seconds, time.perf_counter() - run.start, run.o, run.device, run.world)
+    run.warmup = _warmup_steps(run.o, run.total_steps)
+    run.bar.total = run.total_steps
+    _log(run.rank == 0, f"at the measured pace ({step_seconds:.3f} s/step): {run.total_steps} steps")
+    run.replan_at = 2 * step if 4 * step < run.total_steps else None
+
+
+def _stop_reason(run: _Run, interrupted: bool) -> str | None:
+    """Why to stop before the next step (Ctrl-C, the time budget), the same in every process."""
+    o = run.o
+    out_of_time = bool(o.max_minutes) and time.perf_counter() - run.start >= o.max_minutes * 60
+    # Every process must stop at the same step, or their collectives would pair up wrongly.
+    verdict = _host_sum({"time": int(out_of_time), "interrupt": int(interrupted)}, run.host_group)
+    if verdict["interrupt"]:
+        return "interrupted"
+    if verdict["time"]:
+        return "time budget reached"
+    return None
+
+
+def _set_learning_rates(run: _Run) -> float:
+    """This step's rate, scaled per group (layer-wise rates), and 0 for a group still frozen."""
+    lr = lr_at(run.step, run.total_steps, run.warmup, run.o.lr, run.o.schedule)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0) if run.step >= group.get("unfreeze_at", 0) else 0.0
+    return lr
+
+
+def _forward_backward(run: _Run, micro: list[dict], totals: dict) -> tuple[dict, torch.Tensor]:
+    """The gradients of one step's micro-batches. -> (each term's loss and correct count summed over
+    the step and the processes, the step's loss)."""
+    step_sums = {}
+    for i, batch in enumerate(micro):
+        sync = contextlib.nullcontext() if run.world == 1 or i == len(micro) - 1 else run.net.no_sync()
+        with sync, run.autocast:
+            losses, correct = run.net(_to(batch, run.device))
+            # Each term over its whole-step count; DDP averages gradients over processes,
+            # so multiplying by the world size makes the result the sum over all of them.
+            loss = sum(run.weights.get(k, 1.0) * losses[k] / max(totals[k], 1) for k in losses) * run.world
+        run.scaler.scale(loss).backward()
+        for k in losses:
+            step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
+        for k in correct:
+            step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
+    step_sums = _device_sum(step_sums)
+    step_loss = sum(run.weights.get(k, 1.0) * step_sums[f"{k}_loss"] / max(totals[k], 1) for k in totals)
+    return step_sums, torch.as_tensor(step_loss, dtype=torch.float32, device=run.device)
+
+
+def _apply_gradients(run: _Run, step_loss: torch.Tensor) -> None:
+    """Clip and apply the step's gradients, none of a group still frozen and none once anything was
+    non-finite."""
+    optimizer, scaler, faults = run.optimizer, run.scaler, run.faults
+    for group in optimizer.param_groups:  # still frozen (gradual unfreezing): no update, no Adam
+        if run.step < group.get("unfreeze_at", 0):  # moments, and no share of the clipping norm
+            for p in group["params"]:
+                p.grad = None
+    if scaler.is_enabled():  # fp16: the scaler skips a step whose gradients overflowed; make it
+        _poison_gradients(optimizer, faults.seen | ~torch.isfinite(step_loss))  # skip a bad loss's too
+    scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.o.clip or float("inf"))
+    # A non-finite loss, or without the scaler non-finite gradients (a bf16 overflow in the
+    # backward pass), stops the run: from that step on no update is applied (on the device,
+    # without a wait), and the next log, evaluation or checkpoint step raises TrainingStopped.
+    faults.record(run.step + 1, step_loss, None if scaler.is_enabled() else grad_norm)
+    _update(optimizer, scaler, faults.seen)
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _log_step(run: _Run, lr: float) -> None:
+    """A record of the metrics window (averages since the last record, the pace) and a new window."""
+    now = time.perf_counter()
+    record = {"step": run.step, "lr": lr, **_averages(run.sums, run.weights),
+              "tokens_per_s": round(run.window_tokens / (now - run.window_start)),
+              "elapsed_s": round(now - run.start, 1), "epoch": run.position.epoch}
+    run.bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=record["tokens_per_s"])
+    _write(run, record)
+    run.sums, run.window_tokens, run.window_start = None, 0, now
+
+
+def _evaluate_now(run: _Run) -> dict:
+    """The evaluator's metrics (fine-tuning: the task's on a dev set), else held-out loss and accuracy."""
+    if run.evaluator is None:
+        metrics = evaluate(run.net, run.data, run.o.eval_batches, run.autocast, run.device)
+    else:
+        run.model.eval()
+        with torch.no_grad(), run.autocast:
+            metrics = run.evaluator(run.model)
+        run.model.train()
+    run.last_eval = metrics
+    return metrics
+
+
+def _judge(run: _Run, metrics: dict, at_step: int) -> bool:
+    """Log an evaluation; with `select`, keep the model if it is the best so far."""
+    o, best = run.o, run.best
+    _write(run, {"step": at_step, "eval": metrics})
+    if run.rank == 0 and o.progress:  # fractions in metrics.jsonl; percent for people (bar.write: under a bar)
+        run.bar.write(f"{'dev' if run.evaluator else 'held-out'} at step {at_step}: {format_scores(metrics)}",
                       file=sys.stderr)
-        if not o.select:
-            return False
-        if o.select not in metrics:
-            raise BertforgeError(f"cannot select by {o.select!r}: the evaluation gives {', '.join(metrics)}")
-        if best["score"] is not None and metrics[o.select] <= best["score"]:
-            best["stale"] += 1
-            return False
-        best.update(score=metrics[o.select], step=at_step, stale=0, metrics=metrics)
-        if rank == 0:
-            write_model(model, tokenizer, os.path.join(o.out, "model"), at_step)
-        return True
+    if not o.select:
+        return False
+    if o.select not in metrics:
+        raise BertforgeError(f"cannot select by {o.select!r}: the evaluation gives {', '.join(metrics)}")
+    if best["score"] is not None and metrics[o.select] <= best["score"]:
+        best["stale"] += 1
+        return False
+    best.update(score=metrics[o.select], step=at_step, stale=0, metrics=metrics)
+    if run.rank == 0:
+        write_model(run.model, run.tokenizer, os.path.join(o.out, "model"), at_step)
+    return True
 
-    stop = _StopFlag()
-    bar = progress(total=total_steps, initial=step, disable=not (o.progress and rank == 0), desc="training",
-                   unit="steps")
-    start, window_start = time.perf_counter() - elapsed, time.perf_counter()
-    # The metrics window (sums since the last record) is part of the state, so that records after a
-    # resume average the same steps as in an uninterrupted run.
-    sums, window_tokens = window if window else (None, 0)
-    status = "done"
-    last_saved = step if resume else -1
-    compile_clock = time.perf_counter() if o.compile else None
-    loop_start, paused_seconds = time.perf_counter(), 0.0
-    # Nothing in a step waits for the device: losses, gradient norms and the non-finite check stay
-    # device tensors, read on the host only at log, evaluation and checkpoint steps and at the end
-    # (on a GPU each read stalls the queue of kernels until it drains).
-    faults = _NonFinite(device)
-    host_group = _host_group(world)
-    with stop:
-        while step < total_steps:
-            out_of_time = bool(o.max_minutes) and time.perf_counter() - start >= o.max_minutes * 60
-            # Every process must stop at the same step, or their collectives would pair up wrongly.
-            verdict = _host_sum({"time": int(out_of_time), "interrupt": int(stop.requested)}, host_group)
-            if verdict["interrupt"]:
-                status = "interrupted"
-                break
-            if verdict["time"]:
-                status = "time budget reached"
-                break
-            next_position, micro = next(batches)
-            totals = _host_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, host_group)
-            lr = lr_at(step, total_steps, warmup, o.lr, o.schedule)
-            for group in optimizer.param_groups:
-                group["lr"] = lr * group.get("lr_scale", 1.0) if step >= group.get("unfreeze_at", 0) else 0.0
-            step_sums = {}
-            for i, batch in enumerate(micro):
-                sync = contextlib.nullcontext() if world == 1 or i == len(micro) - 1 else net.no_sync()
-                with sync, autocast:
-                    losses, correct = net(_to(batch, device))
-                    # Each term over its whole-step count; DDP averages gradients over processes,
-                    # so multiplying by the world size makes the result the sum over all of them.
-                    loss = sum(weights.get(k, 1.0) * losses[k] / max(totals[k], 1) for k in losses) * world
-                scaler.scale(loss).backward()
-                for k in losses:
-                    step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
-                for k in correct:
-                    step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
-            step_sums = _device_sum(step_sums)
-            step_loss = sum(weights.get(k, 1.0) * step_sums[f"{k}_loss"] / max(totals[k], 1) for k in totals)
-            step_loss = torch.as_tensor(step_loss, dtype=torch.float32, device=device)
-            for group in optimizer.param_groups:  # still frozen (gradual unfreezing): no update, no Adam
-                if step < group.get("unfreeze_at", 0):  # moments, and no share of the clipping norm
-                    for p in group["params"]:
-                        p.grad = None
-            if scaler.is_enabled():  # fp16: the scaler skips a step whose gradients overflowed; make it
-                _poison_gradients(optimizer, faults.seen | ~torch.isfinite(step_loss))  # skip a bad loss's too
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.clip or float("inf"))
-            # A non-finite loss, or without the scaler non-finite gradients (a bf16 overflow in the
-            # backward pass), stops the run: from that step on no update is applied (on the device,
-            # without a wait), and the next log, evaluation or checkpoint step raises TrainingStopped.
-            faults.record(step + 1, step_loss, None if scaler.is_enabled() else grad_norm)
-            _update(optimizer, scaler, faults.seen)
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            position = next_position
-            window_tokens += sum(b["tokens"] for b in micro) * world
-            sums = _add(sums, step_sums, totals)
-            bar.update(1)
-            if compile_clock is not None:
-                _log(rank == 0, f"first step, compilation included: {time.perf_counter() - compile_clock:.1f}s")
-                compile_clock = None
-            if step == replan_at:
-                step_seconds = (time.perf_counter() - loop_start - paused_seconds) / step
-                total_steps = _replan(step, step_seconds, time.perf_counter() - start, o, device, world)
-                warmup = int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
-                bar.total = total_steps
-                _log(rank == 0, f"at the measured pace ({step_seconds:.3f} s/step): {total_steps} steps")
-                replan_at = 2 * step if 4 * step < total_steps else None
 
-            logging = step % o.log_every == 0 or step == total_steps
-            evaluating = bool(o.eval_every) and step % o.eval_every == 0
-            if logging or evaluating or (o.save_every and step % o.save_every == 0):
-                faults.check(step, o.out)  # the interval's one wait for the device
-            if logging:
-                now = time.perf_counter()
-                record = {"step": step, "lr": lr, **_averages(sums, weights),
-                          "tokens_per_s": round(window_tokens / (now - window_start)),
-                          "elapsed_s": round(now - start, 1), "epoch": position.epoch}
-                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=record["tokens_per_s"])
-                write(record)
-                sums, window_tokens, window_start = None, 0, now
-            paused = time.perf_counter()
-            if evaluating:
-                improved = judge(run_eval(), step)
-                if o.patience and not improved and best["stale"] >= o.patience:
-                    status = f"stopped early: no better {o.select} in {o.patience} evaluations"
-            if o.save_every and step % o.save_every == 0 or status.startswith("stopped"):
-                save_checkpoint(rank, model, optimizer, tokenizer, checkpoints, step, position,
-                                time.perf_counter() - start, total_steps, o.keep, (sums, window_tokens), best, scaler)
-                last_saved = step
-            if status.startswith("stopped"):
-                break
-            window_start += time.perf_counter() - paused  # tokens/s measures training, not evaluation
-            paused_seconds += time.perf_counter() - paused
-    bar.close()
-    faults.check(step, o.out)  # before the final evaluation and checkpoint
-    result = {"status": status, "step": step, "elapsed_s": round(time.perf_counter() - start, 1)}
-    if status != "interrupted" and not (o.eval_every and step % o.eval_every == 0):
-        judge(run_eval(), step)
-    result["eval"] = last_eval.get("metrics")
-    if step != last_saved:
-        save_checkpoint(rank, model, optimizer, tokenizer, checkpoints, step, position, time.perf_counter() - start,
-                        total_steps, o.keep, (sums, window_tokens), best, scaler)
-    if status != "interrupted" and rank == 0:
+def _save(run: _Run) -> None:
+    """A checkpoint of this step: everything needed to resume exactly."""
+    save_checkpoint(run.rank, run.model, run.optimizer, run.tokenizer, os.path.join(run.o.out, "checkpoints"),
+                    run.step, run.position, time.perf_counter() - run.start, run.total_steps, run.o.keep,
+                    (run.sums, run.window_tokens), run.best, run.scaler)
+    run.last_saved = run.step
+
+
+def _finish(run: _Run) -> dict:
+    """After the last step: the final evaluation and checkpoint, `model/` with its card, the loss plot."""
+    o, step = run.o, run.step
+    run.bar.close()
+    run.faults.check(step, o.out)  # before the final evaluation and checkpoint
+    result = {"status": run.status, "step": step, "elapsed_s": round(time.perf_counter() - run.start, 1)}
+    if run.status != "interrupted" and not (o.eval_every and step % o.eval_every == 0):
+        _judge(run, _evaluate_now(run), step)
+    result["eval"] = run.last_eval
+    if step != run.last_saved:
+        _save(run)
+    if run.status != "interrupted" and run.rank == 0:
         if not o.select:
-            write_model(model, tokenizer, os.path.join(o.out, "model"), step)
+            write_model(run.model, run.tokenizer, os.path.join(o.out, "model"), step)
         if os.path.isdir(os.path.join(o.out, "model")):
             with open(os.path.join(o.out, "run_config.json"), encoding="utf-8") as f:
                 saved = json.load(f)
-            kept = (best.get("metrics"), best["step"]) if o.select else (last_eval.get("metrics"), step)
+            kept = (run.best.get("metrics"), run.best["step"]) if o.select else (run.last_eval, step)
             write_card(os.path.join(o.out, "model"), saved, *kept)
         plot_metrics(o.out)
-    result["best"] = best if o.select else None
-    if world > 1:
+    result["best"] = run.best if o.select else None
+    if run.world > 1:
         dist.barrier()
     return result
 
