@@ -106,7 +106,8 @@ def test_a_use_the_family_lacks_is_one_error_listing_what_it_has(tmp_path, bag_f
     BAG.BagConfig(architectures=["BagForMaskedLM"]).save(str(model / "config.json"))
     assert main(["fill-mask", str(model), "a [MASK] b"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"bertforge: error: {model}: fill-mask is not for bag-of-words models; they support onnx"
+    assert err == f"bertforge: error: {model}: bag-of-words models have no masked-LM head, which fill-mask needs; " \
+                  "they support onnx"
     with pytest.raises(BertforgeError, match="fine-tune for classification, not qa"):
         bertforge_finetune(model, tmp_path)
 

@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 from ..errors import BertforgeError
 
-# The uses a family may support, beyond pretraining and fine-tuning.
+# The uses a family may support, beyond pretraining and fine-tuning, and what a model needs for some.
 USES = ("embed", "fill-mask", "generate", "evaluate-lm", "serve", "onnx", "allennlp")
+NEEDS = {"fill-mask": "masked-LM head", "generate": "left-to-right language model", "evaluate-lm": "language-model head"}
 
 
 def resolve(path: str | Callable) -> Any:
@@ -114,9 +115,11 @@ class Family:
 
     def supports(self, use: str, source: str) -> None:
         """Nothing when the family has `use`; else one error naming `source` and what it does have."""
-        if use not in self.uses:
-            raise BertforgeError(f"{source}: {use} is not for {self.describe} models; they support "
-                                 f"{', '.join(self.uses) or 'pretraining and fine-tuning only'}")
+        if use in self.uses:
+            return
+        what = f"{self.describe} models have no {NEEDS[use]}, which {use} needs" if use in NEEDS else \
+            f"{use} is not for {self.describe} models"
+        raise BertforgeError(f"{source}: {what}; they support {', '.join(self.uses) or 'pretraining and fine-tuning only'}")
 
     def supports_task(self, task_family: str, task_name: str, source: str) -> None:
         if task_family not in self.tasks:
