@@ -1,8 +1,10 @@
 """`evaluate-lm` and the bug-catching checks of the pretraining path: a model that overfits one
 batch, the pipeline learning word order (which word counts alone cannot give), and baselines that
-are what their names say."""
+are what their names say; the perplexity of left-to-right and bidirectional LMs beside the unigram's."""
 
 import json
+import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from bertforge.evaluate_lm import evaluate_lm
 from bertforge.models.bert import Bert
 from bertforge.models.objectives import BertPretraining
 from bertforge.pretrain import pretrain
+from bertforge.pretrain_recurrent import default_options, pretrain_recurrent
 from bertforge.training.optim import make_optimizer
 from bertforge.training.trainer import TrainOptions
 
@@ -114,3 +117,66 @@ def test_evaluate_lm_command_prints_json(tmp_path, capsys):
           "--cache-dir", str(tmp_path / "cache"), "--json"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(result) >= {"mlm_accuracy", "commonest_token_accuracy", "nsp_accuracy", "nsp_majority"}
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
+
+
+def pretrain_gpt(corpus, out, steps):
+    options = TrainOptions(out=str(out), steps=steps, lr=1e-2, warmup=0.1, eval_every=0, save_every=0, progress=False)
+    pretrain(str(corpus), str(out), preset="bert-tiny", vocab_size=60, max_seq_length=32, batch_size=8,
+             cache_dir=str(out / "cache"), options=options, objective="gpt", dropout=0.0,
+             model_overrides={"n_layer": 1, "n_embd": 64, "n_positions": 32})
+
+
+def pretrain_words(objective, preset, corpus, out, steps, batch_size, bptt):
+    options = default_options(str(out), None, objective, steps=steps, lr=2e-2, eval_every=0, save_every=0,
+                              progress=False)
+    pretrain_recurrent(str(corpus), str(out), objective, preset=preset, bptt=bptt, batch_size=batch_size,
+                       options=options)
+
+
+@pytest.mark.parametrize("family, train", [
+    ("gpt", lambda corpus, out: pretrain_gpt(corpus, out, 20)),
+    ("awd-lstm", lambda corpus, out: pretrain_words("awd-lstm", "awd-lstm-tiny", corpus, out, 40, 8, 16)),
+    ("elmo", lambda corpus, out: pretrain_words("elmo", "elmo-tiny", corpus, out, 40, 4, 8)),
+])
+def test_language_models_beat_the_unigram_perplexity_on_unseen_text(tmp_path, capsys, family, train):
+    write_cycles(tmp_path / "train", n_docs=30)
+    write_cycles(tmp_path / "unseen", n_docs=10, seed=1)
+    train(tmp_path / "train", tmp_path / "run")
+    model = str(tmp_path / "run" / "model")
+    result = evaluate_lm(model, [str(tmp_path / "unseen")], max_seq_length=32, cache_dir=str(tmp_path / "cache"))
+    # Each word is fixed by the one before it, while word counts alone know only that each of the
+    # twelve is about as frequent (and the sentence ends).
+    assert 8 < result["unigram_perplexity"] < 16
+    assert result["perplexity"] < 0.5 * result["unigram_perplexity"]
+    assert result["lm_loss"] < result["unigram_loss"] - math.log(2)
+    assert result["perplexity"] == pytest.approx(math.exp(result["lm_loss"]), abs=1e-3)
+    assert result["lm_accuracy"] > 2 * result["commonest_token_accuracy"]
+    if family == "elmo":  # the biLM's loss is the mean of its two directions'
+        assert result["lm_loss"] == pytest.approx((result["forward_loss"] + result["backward_loss"]) / 2, abs=1e-4)
+    capsys.readouterr()
+    assert main(["evaluate-lm", model, str(tmp_path / "unseen"), "--max-seq-length", "32",
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    out = capsys.readouterr().out
+    assert f"perplexity {result['perplexity']:.1f}, " in out and "x better)" in out
+
+
+def test_the_unigram_perplexity_is_the_frequencies_of_the_predicted_words(tmp_path):
+    # The AWD-LSTM reads "xxbos alpha alpha beta ." and predicts each word after xxbos: alpha 2 of 4
+    # times, beta and "." once each; the entropy is -(1/2 ln 1/2 + 2 x 1/4 ln 1/4) = 1.5 ln 2.
+    (tmp_path / "text.txt").write_text("alpha alpha beta.\n")
+    result = evaluate_lm(str(FIXTURES / "awd-lstm"), [str(tmp_path / "text.txt")])
+    assert result["predicted"] == 4 and result["unit"] == "word"
+    assert result["commonest_token"] == "alpha" and result["commonest_token_accuracy"] == 0.5
+    assert result["unigram_loss"] == round(1.5 * math.log(2), 5) == 1.03972
+    assert result["unigram_perplexity"] == round(2 ** 1.5, 3) == 2.828
+
+
+@pytest.mark.parametrize("fixture", ["gpt-sst2", "awd-lstm-sst2", "elmo-sst2", "bert-sst2"])
+def test_evaluate_lm_refuses_a_model_without_a_language_model_head(tmp_path, capsys, fixture):
+    (tmp_path / "text.txt").write_text("a good film.\n")
+    assert main(["evaluate-lm", str(FIXTURES / fixture), str(tmp_path / "text.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "head in this checkpoint" in err and "evaluate-lm needs a pretraining" in err

@@ -143,13 +143,13 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     show = options.progress and rank == 0
     if elmo:
         config = elmo_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id)
-        documents, encode = elmo_documents(files, vocab, config.max_characters_per_token, layout, text_field, show)
+        documents, encode = word_documents(files, vocab, config.max_characters_per_token, layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
                          variable=False, source=source, bidirectional=True, encode=encode)
         torch.manual_seed(options.seed)
         model = BiLMPretraining(config, sampled_softmax or None)
     else:
-        documents = read_documents(files, lambda text, _: vocab.encode(text), [vocab.bos_id], layout, text_field, show)
+        documents, _ = word_documents(files, vocab, None, layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
                          backwards=backwards, source=source)
         if start is not None:
@@ -183,6 +183,18 @@ def _check_options(vocab_size, batch_size, eval_fraction, min_freq, bptt, dropou
     if sampled_softmax is not None and (not isinstance(sampled_softmax, int) or sampled_softmax < 0):
         raise BertforgeError(f"sampled_softmax must be a number of words (0: the full softmax), "
                              f"got {sampled_softmax!r}")
+
+
+def word_documents(files: list[str], vocab: WordVocab, max_characters: int | None, layout: str = "auto",
+                   text_field: str = "text", show_progress: bool = False):
+    """The corpus as a recurrent language model reads it, and the function that turns a batch of it
+    into the model's inputs: with `max_characters` (a character-aware biLM's bytes per word) ELMo's
+    sentences (`elmo_documents`), else AWD-LSTM's documents of word ids, each after `xxbos` (no
+    function: the ids are the inputs)."""
+    if max_characters is not None:
+        return elmo_documents(files, vocab, max_characters, layout, text_field, show_progress)
+    return read_documents(files, lambda text, _: vocab.encode(text), [vocab.bos_id], layout, text_field,
+                          show_progress), None
 
 
 def elmo_documents(files: list[str], vocab: WordVocab, max_characters: int, layout: str, text_field: str,

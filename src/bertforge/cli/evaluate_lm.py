@@ -1,4 +1,4 @@
-"""`bertforge evaluate-lm`: masked-token and next-sentence accuracy on held-out text."""
+"""`bertforge evaluate-lm`: masked-token and next-sentence accuracy, or perplexity, on held-out text."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from .common import HelpFormatter
 
 
 def add_command(commands) -> None:
-    lm = commands.add_parser("evaluate-lm", help="masked-token and next-sentence accuracy on held-out text, "
-                             "beside what word counts alone score", formatter_class=HelpFormatter)
-    lm.add_argument("model", help="a pretraining checkpoint (with its masked-LM head)")
+    lm = commands.add_parser("evaluate-lm", help="masked-token and next-sentence accuracy (masked LMs) or "
+                             "perplexity (GPT-1, AWD-LSTM, ELMo) on held-out text, beside what word counts alone "
+                             "score", formatter_class=HelpFormatter)
+    lm.add_argument("model", help="a pretraining checkpoint (with its language-model head)")
     lm.add_argument("files", nargs="+", help="text files, folders or globs the model has not seen")
-    lm.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance (at most the model's)")
-    lm.add_argument("--batch-size", type=int, default=32, help="instances per batch")
+    lm.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance (at most the model's); a recurrent model's words per chunk")
+    lm.add_argument("--batch-size", type=int, default=32, help="instances per batch; a recurrent model's parallel streams")
     lm.add_argument("--max-batches", type=int, default=100, help="batches read at most")
     lm.add_argument("--seed", type=int, default=0, help="seed of the instances and masks")
     lm.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",

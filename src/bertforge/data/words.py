@@ -113,6 +113,9 @@ class WordVocab:
             return apply_rules(text)
         return split_words(text.lower() if self.lowercase else text)
 
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.words[token_id] if 0 <= token_id < len(self.words) else None
+
     def ids_of(self, words: Iterable[str]) -> list[int]:
         return [self.index.get(w, self.unk_id) for w in words]
 

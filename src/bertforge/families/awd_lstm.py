@@ -25,5 +25,5 @@ FAMILY = Family(
     finetuning="bertforge.families.awd_lstm:finetuning", finetuning_config=ULMFIT_DROPOUTS, gradual_unfreezing=True,
     finetuning_note="ULMFiT's classifier recipe: peak lr {lr:g} at the head, x {layer_decay:.3g} per layer down, "
                     "{schedule} schedule, gradual unfreezing (each has a flag)",
-    describe="AWD-LSTM", tasks=("classification",), uses=(), lm="causal",
+    describe="AWD-LSTM", tasks=("classification",), uses=("evaluate-lm",), lm="causal",
 )

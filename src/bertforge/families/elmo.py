@@ -18,5 +18,5 @@ FAMILY = Family(
     encoder="bertforge.models.elmo:ELMo", task_model="bertforge.tasks.elmo_features:task_model",
     finetuning="bertforge.families.elmo:finetuning", embedder="bertforge.embed:ELMoEmbedder",
     finetuning_note="peak learning rate {lr:g} for the task model over ELMo (--lr to change)",
-    describe="ELMo", tasks=("classification", "ner"), uses=("embed", "allennlp"), lm="bidirectional",
+    describe="ELMo", tasks=("classification", "ner"), uses=("embed", "allennlp", "evaluate-lm"), lm="bidirectional",
 )

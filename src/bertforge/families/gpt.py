@@ -16,5 +16,5 @@ FAMILY = Family(
     encoder="bertforge.models.gpt:GPT", task_model="bertforge.tasks.common:encoder_task_model",
     finetuning="bertforge.recipe:finetuning_by_width", new_config="bertforge.config.gpt:pretraining_config",
     embedder="bertforge.embed:Embedder", describe="GPT-1", vocab_kind="bpe", layer_norms=("post", "pre"),
-    uses=("embed", "generate"), lm="causal", input_transforms=True,
+    uses=("embed", "generate", "evaluate-lm"), lm="causal", input_transforms=True,
 )
