@@ -174,6 +174,107 @@ def test_glue_readers_on_the_real_files(shared_data, name, train_count, dev_coun
     assert all(e["text"] for e in train) and (task.pair_column is None or all(e["pair"] for e in train))
 
 
+# A few rows of each GLUE task's files as the GLUE distribution lays them out (all their columns, in
+# order; bare quote characters; MNLI's dev rows have five annotators' labels and the gold one apart),
+# and the (text, pair, label) each must read as.
+GLUE_FILES = {
+    "mnli": ("train.tsv", [
+        "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse"
+        "\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label",
+        "0\t31193\t31193n\tgovernment\t( ( Conceptually ( cream skimming ) ) ( has ( ( two ( basic dimensions ) ) "
+        ".. ) ) )\t( ( Product and ) geography )\t(ROOT (S (NP (JJ Conceptually))))\t(ROOT (S (NP (NN Product))))"
+        "\tConceptually cream skimming has two basic dimensions - product and geography.\tProduct and geography "
+        "are what make cream skimming work. \tneutral\tneutral",
+        "1\t101457\t101457e\ttelephone\t( you ( ( know ( during ... ) ) ) )\t( You ( ( lose ( the things ) ) ) )"
+        "\t(ROOT (S (NP (PRP you))))\t(ROOT (S (NP (PRP You))))\tyou know during the season and i guess at at "
+        "your level uh you lose them\tYou lose the things to the \"following\" level if the people recall."
+        "\tentailment\tentailment",
+    ], [("Conceptually cream skimming has two basic dimensions - product and geography.",
+         "Product and geography are what make cream skimming work. ", "neutral"),
+        ("you know during the season and i guess at at your level uh you lose them",
+         'You lose the things to the "following" level if the people recall.', "entailment")]),
+    "mnli-dev": ("dev_matched.tsv", [
+        "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse"
+        "\tsentence2_parse\tsentence1\tsentence2\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label",
+        "0\t63735\t63735n\tslate\t( ( The ( new rights ) ) ( are ( nice enough ) ) )\t( Everyone ( ( really likes ) "
+        "( the ( newest benefits ) ) ) )\t(ROOT (S (NP (DT The))))\t(ROOT (S (NP (NN Everyone))))\tThe new rights "
+        "are nice enough\tEveryone really likes the newest benefits \tneutral\tentailment\tneutral\tneutral"
+        "\tneutral\tneutral",
+        "1\t91383\t91383c\tgovernment\t( ( This site ) ( includes ... ) )\t( ( The ( Government ( Executive "
+        "articles ) ) ) ( ... ) )\t(ROOT (S (NP (DT This))))\t(ROOT (S (NP (DT The))))\tThis site includes a list "
+        "of all award winners.\tThe Government Executive articles housed on the website are not able to be "
+        "searched.\tneutral\tcontradiction\tcontradiction\tcontradiction\tcontradiction\tcontradiction",
+    ], [("The new rights are nice enough", "Everyone really likes the newest benefits ", "neutral"),
+        ("This site includes a list of all award winners.",
+         "The Government Executive articles housed on the website are not able to be searched.", "contradiction")]),
+    "qqp": ("train.tsv", [
+        "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
+        "133273\t213221\t213222\tHow is the life of a math student? Could you describe your own experiences?"
+        "\tWhich level of prepration is enough for the exam jlpt5?\t0",
+        "402555\t536040\t536041\tHow do I control my horny emotions?\tHow do you control your horniness?\t1",
+        '360472\t364011\t490273\tWhat causes stool color to change to \"yellow\"?\tWhat can cause stool to come '
+        "out as little balls?\t0",
+    ], [("How is the life of a math student? Could you describe your own experiences?",
+         "Which level of prepration is enough for the exam jlpt5?", "not_duplicate"),
+        ("How do I control my horny emotions?", "How do you control your horniness?", "duplicate"),
+        ('What causes stool color to change to "yellow"?', "What can cause stool to come out as little balls?",
+         "not_duplicate")]),
+    "qnli": ("train.tsv", [
+        "index\tquestion\tsentence\tlabel",
+        "0\tWhen did the third Digimon series begin?\tUnlike the two seasons before it and most of the seasons "
+        "that followed, Digimon Tamers takes a darker and more realistic approach to its story.\tnot_entailment",
+        "1\tWhich missile batteries often have individual launchers several kilometres from one another?\tWhen "
+        "MANPADS is operated by specialists, batteries may have several dozen teams deploying separately in small "
+        "sections; self-propelled air defence guns may deploy in pairs.\tnot_entailment",
+        "2\tWhat two things does Popper argue Tarski's theory involves in an evaluation of truth?\tHe bases this "
+        "interpretation on the fact that examples such as the one described above refer to two things: assertions "
+        "and the facts to which they refer.\tentailment",
+    ], [("When did the third Digimon series begin?", "Unlike the two seasons before it and most of the seasons "
+         "that followed, Digimon Tamers takes a darker and more realistic approach to its story.", "not_entailment"),
+        ("Which missile batteries often have individual launchers several kilometres from one another?",
+         "When MANPADS is operated by specialists, batteries may have several dozen teams deploying separately in "
+         "small sections; self-propelled air defence guns may deploy in pairs.", "not_entailment"),
+        ("What two things does Popper argue Tarski's theory involves in an evaluation of truth?",
+         "He bases this interpretation on the fact that examples such as the one described above refer to two "
+         "things: assertions and the facts to which they refer.", "entailment")]),
+    "stsb": ("train.tsv", [
+        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
+        "0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\tA plane is taking off.\tAn air plane is taking off."
+        "\t5.000",
+        "1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man is playing a large flute.\tA man is playing a "
+        "flute.\t3.800",
+        "2\tmain-news\theadlines\t2013\t0078\tnone\tnone\tIsrael \"holds\" two Palestinians\tIndia hangs 2001 "
+        "parliament attacker\t0.000",
+    ], [("A plane is taking off.", "An air plane is taking off.", 5.0),
+        ("A man is playing a large flute.", "A man is playing a flute.", 3.8),
+        ('Israel "holds" two Palestinians', "India hangs 2001 parliament attacker", 0.0)]),
+    "wnli": ("train.tsv", [
+        "index\tsentence1\tsentence2\tlabel",
+        "0\tI stuck a pin through a carrot. When I pulled the pin out, it had a hole.\tThe carrot had a hole.\t1",
+        "1\tJohn couldn't see the stage with Billy in front of him because he is so short.\tJohn is so short.\t1",
+        "2\tThe police arrested all of the gang members. They were trying to stop the drug trade in the "
+        "neighborhood.\tThe police were trying to stop the drug trade in the neighborhood.\t1",
+        "3\tSteve follows Fred's example in everything. He influences him hugely.\tSteve influences him hugely.\t0",
+    ], [("I stuck a pin through a carrot. When I pulled the pin out, it had a hole.", "The carrot had a hole.",
+         "entailment"),
+        ("John couldn't see the stage with Billy in front of him because he is so short.", "John is so short.",
+         "entailment"),
+        ("The police arrested all of the gang members. They were trying to stop the drug trade in the neighborhood.",
+         "The police were trying to stop the drug trade in the neighborhood.", "entailment"),
+        ("Steve follows Fred's example in everything. He influences him hugely.", "Steve influences him hugely.",
+         "not_entailment")]),
+}
+
+
+@pytest.mark.parametrize("case", list(GLUE_FILES))
+def test_glue_readers_read_each_tasks_own_layout(tmp_path, case):
+    name, (filename, lines, expected) = case.split("-")[0], GLUE_FILES[case]
+    (tmp_path / filename).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    examples = make_task(name).read(str(tmp_path / filename))
+    assert [(e["text"], e["pair"], e["label"]) for e in examples] == expected
+    assert [e["where"] for e in examples] == [f"{tmp_path / filename}, line {n}" for n in range(2, len(lines) + 1)]
+
+
 def test_frozen_features_with_a_scalar_mix(base_model, tmp_path):
     rows = [(s, 1) for s in POSITIVE] + [(s, 0) for s in NEGATIVE]
     data = write_tsv(tmp_path / "train.tsv", rows)

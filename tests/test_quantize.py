@@ -50,22 +50,48 @@ def test_int8_minilm_vectors_stay_close_to_fp32(minilm_dir):
     assert int8.dtype == np.float32 and not np.array_equal(fp32, int8)
 
 
+def only_int8_linear_layers(model) -> bool:
+    return not [m for m in model.modules() if type(m) is torch.nn.Linear] and \
+        any(isinstance(m, Int8Linear) for m in model.modules())
+
+
 def test_predict_evaluate_and_embed_take_int8(models, tmp_path, capsys):
-    fp32 = Predictor.from_pretrained(models["sst2"])(SENTENCES[:4])
-    int8 = Predictor.from_pretrained(models["sst2"], precision="int8")(SENTENCES[:4])
-    for a, b in zip(fp32, int8):
-        assert a.keys() == b.keys() and abs(a["probability"] - b["probability"]) < 0.05
+    fp32 = Predictor.from_pretrained(models["sst2"])
+    int8 = Predictor.from_pretrained(models["sst2"], precision="int8")
+    assert only_int8_linear_layers(int8.model) and not only_int8_linear_layers(fp32.model)
+    probabilities = {name: np.array([a["probability"] for a in p(SENTENCES)]) for name, p in
+                     (("fp32", fp32), ("int8", int8))}
+    assert [a["label"] for a in fp32(SENTENCES)] == [a["label"] for a in int8(SENTENCES)]
+    assert 0 < np.abs(probabilities["fp32"] - probabilities["int8"]).max() < 0.05  # near, and quantized
+
     data = tmp_path / "dev.tsv"
     data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(SENTENCES)))
-    assert main(["evaluate", "--model", models["sst2"], "--data", str(data), "--precision", "int8"]) == 0
-    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert 0 <= scores["accuracy"] <= 1 and scores["examples"] == len(SENTENCES)
-    out = tmp_path / "predictions.jsonl"
-    assert main(["predict", "--model", models["sst2"], "--input", str(data), "--output", str(out),
-                 "--precision", "int8"]) == 0
-    assert len(out.read_text().splitlines()) == len(SENTENCES)
+    scores = {}
+    for precision in ("fp32", "int8"):
+        assert main(["evaluate", "--model", models["sst2"], "--data", str(data), "--precision", precision]) == 0
+        scores[precision] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scores["int8"]["examples"] == len(SENTENCES)
+    assert abs(scores["int8"]["accuracy"] - scores["fp32"]["accuracy"]) <= 1 / len(SENTENCES)
+
+    written = {}
+    for precision in ("fp32", "int8"):
+        out = tmp_path / f"predictions-{precision}.jsonl"
+        assert main(["predict", "--model", models["sst2"], "--input", str(data), "--output", str(out),
+                     "--precision", precision]) == 0
+        written[precision] = np.array([json.loads(line)["probability"] for line in out.read_text().splitlines()])
+    assert len(written["int8"]) == len(SENTENCES)
+    assert 0 < np.abs(written["int8"] - written["fp32"]).max() < 0.05
+    assert np.allclose(written["int8"], probabilities["int8"], atol=1e-6)  # the command quantizes as the API does
+
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(SENTENCES))
-    assert main(["embed", "--model", models["base"], "--input", str(texts), "--output", str(tmp_path / "v.npy"),
-                 "--precision", "int8"]) == 0
-    assert np.load(tmp_path / "v.npy").shape[0] == len(SENTENCES)
+    vectors = {}
+    for precision in ("fp32", "int8"):
+        assert main(["embed", "--model", models["base"], "--input", str(texts), "--output",
+                     str(tmp_path / f"v-{precision}.npy"), "--precision", precision]) == 0
+        vectors[precision] = np.load(tmp_path / f"v-{precision}.npy")
+    fp32_vectors, int8_vectors = vectors["fp32"], vectors["int8"]
+    assert int8_vectors.shape[0] == len(SENTENCES) and not np.array_equal(fp32_vectors, int8_vectors)
+    cosine = (fp32_vectors * int8_vectors).sum(1) / np.linalg.norm(fp32_vectors, axis=1) / \
+        np.linalg.norm(int8_vectors, axis=1)
+    assert cosine.min() > 0.99

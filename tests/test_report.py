@@ -25,6 +25,7 @@ finetune_module = importlib.import_module("bertforge.finetune")  # the module; `
 
 POSITIVE = ["a good film", "truly great acting", "good and great", "a great story"]
 NEGATIVE = ["a bad film", "truly awful acting", "bad and awful", "an awful story"]
+CLOCK = r"\b\d+(:\d\d){1,2}\b"  # a duration as progress lines write it; its value depends on the machine
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +126,9 @@ def test_featurising_and_predicting_in_pieces_show_plain_lines_and_change_nothin
     assert finetune_module.featurize(task, examples, tokenizer, names, "featurising dev", show=True) == whole
     lines = log.getvalue().split("\n")
     assert "\r" not in log.getvalue() and lines[-1] == ""
-    assert lines[:-1] == [f"featurising dev: {n}/8 examples ({100 * n / 8:.0f}%), 0:00 elapsed" + (
-        ", ~0:00 left" if n < 8 else "") for n in (3, 6, 8)]
+    assert [re.sub(CLOCK, "M:SS", line) for line in lines[:-1]] == [
+        f"featurising dev: {n}/8 examples ({100 * n / 8:.0f}%), M:SS elapsed" + (", ~M:SS left" if n < 8 else "")
+        for n in (3, 6, 8)]
 
     # QA: each window names its question by index, shifted by its piece's start
     context = "the film was good and the acting was great " * 6
@@ -159,10 +161,10 @@ def test_vocabulary_training_says_when_it_starts_and_ends_when_not_on_a_terminal
                  "--min-frequency", "1"]) == 0
     printed = capsys.readouterr()
     assert "\r" not in printed.err
-    assert printed.err.splitlines() == [
+    assert re.sub(CLOCK, "M:SS", printed.err).splitlines() == [
         f"data: 1 file(s), {corpus.stat().st_size / 1e6:.1f} MB",
         "vocabulary: 120 tokens, wordpiece, lowercased, min frequency 1", f"output: {tmp_path / 'tok'}",
-        "learning a 120-token wordpiece vocabulary ...", "learning a 120-token wordpiece vocabulary: done in 0:00"]
+        "learning a 120-token wordpiece vocabulary ...", "learning a 120-token wordpiece vocabulary: done in M:SS"]
     assert printed.out.startswith("wrote a 120-token WordPiece vocabulary")
     # a missing file: one error line and no header
     assert main(["tokenizer", "train", str(tmp_path / "none.txt"), "--out", str(tmp_path / "t")]) == 2
@@ -173,5 +175,6 @@ def test_vocabulary_training_says_when_it_starts_and_ends_when_not_on_a_terminal
 def test_word_vocabulary_counts_texts_with_plain_lines(capsys):
     vocab = WordVocab.train(["a b c", "a b", "a"] * 5, min_freq=1, show_progress=True)
     err = capsys.readouterr().err
-    assert "\r" not in err and err.splitlines() == ["learning the vocabulary: 15 texts, 0:00 elapsed"]
+    assert "\r" not in err
+    assert re.sub(CLOCK, "M:SS", err).splitlines() == ["learning the vocabulary: 15 texts, M:SS elapsed"]
     assert vocab.words[-3:] == ["a", "b", "c"]
