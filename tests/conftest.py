@@ -143,6 +143,25 @@ def write_corpus(directory, n_docs=30, seed=0):
     return docs
 
 
+CYCLE = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+def write_cycles(directory, n_docs=60, seed=0):
+    """Documents of sentences that walk the twelve words in a fixed cycle from a random start: each
+    word is fixed by its neighbours, while every word is equally frequent (1/12 by counts alone)."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = []
+    for _ in range(n_docs):
+        sentences = []
+        for _ in range(int(rng.integers(3, 8))):
+            start, length = int(rng.integers(12)), int(rng.integers(5, 12))
+            sentences.append(" ".join(CYCLE[(start + i) % 12] for i in range(length)) + ".")
+        docs.append("\n".join(sentences))
+    (directory / "cycles.txt").write_text("\n\n".join(docs) + "\n")
+    return directory
+
+
 def randomise(module):
     """Non-trivial biases and norms, so that a swapped or dropped weight shows in a parity test."""
     with torch.no_grad():

@@ -1,11 +1,11 @@
 """Faults and bad input, as an adversarial user would try them: every numeric option given NaN,
 infinity and out-of-range values; generated malformed inputs for every reader; a full disk at each
-write of every writer; a kill at each rename of a training run. Each must end in one clear error
-naming the file (exit 2 from the command line), leave what was there before intact, and leave
-nothing a later start cannot clean.
+write of every writer; a kill at each rename of a training run, and in the middle of writing its
+trainer state. Each must end in one clear error naming the file (exit 2 from the command line),
+leave what was there before intact, and leave nothing a later start cannot clean.
 
 The readers' mutations are drawn from a seeded generator; BERTFORGE_DEEP_FAULTS=1 draws ten times
-more of them and kills a training run at every rename rather than at a sample of them.
+more of them and kills a training run at every rename and every save rather than at a sample of them.
 """
 
 import argparse
@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
 
@@ -362,46 +364,90 @@ def test_resuming_after_the_corpus_changed_is_refused(tmp_path, capsys):
     one_line_error(capsys, f"{out}: the corpus files changed since the run began")
 
 
+# Runs the command line and kills itself (SIGKILL) at "rename:N", the Nth rename (what it wrote is
+# complete under its temporary name), or at "save:N", in the middle of the Nth torch.save (half the
+# file written). "none:0" kills nothing and counts both.
 KILLER = """
-import os, sys
+import io, os, signal, sys
 sys.path.insert(0, {src!r})
-n, calls = int(sys.argv[1]), [0]
-def killer(real):
-    def call(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == n:
-            os._exit(9)  # as kill -9 would, between two file operations
-        return real(*args, **kwargs)
+import torch
+kind, n = sys.argv[1].split(":")
+n, calls = int(n), {{"rename": 0, "save": 0}}
+
+def kill(what):
+    print(f"killed at {{kind}} {{n}}: {{what}}", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def renaming(real):
+    def call(source, target, *args, **kwargs):
+        calls["rename"] += 1
+        if kind == "rename" and calls["rename"] == n:
+            kill(source)
+        return real(source, target, *args, **kwargs)
     return call
-os.rename, os.replace = killer(os.rename), killer(os.replace)
+
+def saving(real):
+    def call(obj, path, *args, **kwargs):
+        calls["save"] += 1
+        if kind == "save" and calls["save"] == n:
+            whole = io.BytesIO()
+            real(obj, whole, *args, **kwargs)
+            with open(path, "wb") as f:
+                f.write(whole.getvalue()[: len(whole.getvalue()) // 2])
+            kill(path)
+        return real(obj, path, *args, **kwargs)
+    return call
+
+os.rename, os.replace, torch.save = renaming(os.rename), renaming(os.replace), saving(torch.save)
 from bertforge.cli import main
-sys.exit(main(sys.argv[2:]))
+code = main(sys.argv[2:])
+print(f"renames: {{calls['rename']}}, saves: {{calls['save']}}", file=sys.stderr)
+sys.exit(code)
 """
 
 
-def test_a_kill_at_any_rename_leaves_a_run_that_resumes_exactly(tmp_path):
+def leftovers(out) -> list[str]:
+    """What a killed write left anywhere under `out`."""
+    return [str(path.relative_to(out)) for path in out.rglob("*")
+            if ".tmp-" in path.name or ".old-" in path.name or ".pruned" in path.name]
+
+
+def test_a_kill_at_any_rename_or_mid_write_leaves_a_run_that_resumes_exactly(tmp_path):
     write_corpus(tmp_path / "corpus")
-    argv = ["--steps", "4", "--save-every", "1", "--keep", "1", "--positions", "absolute"]
-    reference = tmp_path / "reference"
-    assert main(pretrain_argv(tmp_path, reference, *argv)) == 0
-    expected = [(r["step"], r["loss"]) for r in read_metrics(str(reference)) if "loss" in r]
-    # the renames of a 4-step run: run_config, tokenizer, shards, 4 checkpoints, 3 prunes, model
-    points = range(1, 16) if DEEP else (6, 9, 13)
+    argv = ["--steps", "4", "--save-every", "1", "--keep", "1", "--positions", "absolute", "--precision", "fp32"]
     script = KILLER.format(src=os.path.abspath(SRC))
-    for n in points:
-        out = tmp_path / f"killed-{n}"
-        done = subprocess.run([sys.executable, "-c", script, str(n), *pretrain_argv(tmp_path, out, *argv)],
+
+    def run(point: str, out):
+        return subprocess.run([sys.executable, "-c", script, point, *pretrain_argv(tmp_path, out, *argv)],
                               capture_output=True, text=True)
-        if done.returncode == 0:
-            break  # past the last rename
-        assert done.returncode == -9 or done.returncode == 9, done.stderr
+
+    reference = tmp_path / "reference"
+    assert main(pretrain_argv(tmp_path, reference, *argv)) == 0  # it also fills the cache the runs below share
+    expected = [(r["step"], r["loss"]) for r in read_metrics(str(reference)) if "loss" in r]
+    done = run("none:0", tmp_path / "counted")
+    assert done.returncode == 0, done.stderr
+    renames, saves = map(int, re.search(r"renames: (\d+), saves: (\d+)", done.stderr).groups())
+    # A 4-step run renames the shards, run_config, the tokenizer's files, 4 checkpoints (each with
+    # its tokenizer), 3 prunes and the model; it saves a trainer state in each checkpoint. Kills at
+    # a rename early, midway and next-to-last, and in the middle of writing the second state.
+    assert renames >= 13 and saves == 4, (renames, saves)
+    points = [f"rename:{n}" for n in ((6, renames // 2, renames - 1) if not DEEP else range(1, renames + 1))]
+    points += [f"save:{n}" for n in ((2,) if not DEEP else range(1, saves + 1))]
+    left = {}
+    for point in points:
+        out = tmp_path / point.replace(":", "-")
+        done = run(point, out)
+        # killed, not finished: mid-write, with what it was writing still there to see
+        assert done.returncode == -signal.SIGKILL, (point, done.returncode, done.stderr[-2000:])
+        writing = re.search(rf"killed at {point.replace(':', ' ')}: (.+)", done.stderr).group(1)
+        assert os.path.exists(writing), (point, writing)
+        left[point] = leftovers(out)
         resume = ["--resume"] if latest_checkpoint(str(out)) else []
-        assert main(pretrain_argv(tmp_path, out, *argv, *resume)) == 0
-        for folder in (out, out / "checkpoints"):
-            assert not [name for name in os.listdir(folder) if ".tmp-" in name or ".old-" in name
-                        or ".pruned" in name], (n, os.listdir(folder))
-        assert [(r["step"], r["loss"]) for r in read_metrics(str(out)) if "loss" in r] == expected, n
+        assert main(pretrain_argv(tmp_path, out, *argv, *resume)) == 0, point
+        assert not leftovers(out), (point, leftovers(out))
+        assert [(r["step"], r["loss"]) for r in read_metrics(str(out)) if "loss" in r] == expected, point
         assert read_config(str(out / "model")).vocab_size == read_config(str(reference / "model")).vocab_size
+    assert any(left.values()), "no kill left anything for the restart to clean"
 
 
 def test_written_directories_get_the_umasks_ordinary_permissions(tmp_path):

@@ -3,10 +3,8 @@
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -54,7 +52,7 @@ def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys, 
     out = tmp_path / "run"
     assert main(tiny_args(tmp_path / "corpus", out, tmp_path / "cache", "--steps", "40", "--lr", "2e-3",
                           "--log-every", "5", "--eval-every", "20", "--save-every", "10", "--keep", "2",
-                          "--recipe", recipe)) == 0
+                          "--recipe", recipe, "--precision", "fp32")) == 0
     records = read_metrics(str(out))
     train = [r for r in records if "loss" in r]
     evals = [r for r in records if r.get("eval")]
@@ -103,32 +101,49 @@ def run_cli(args, **kwargs):
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
 
+# Ctrl-C at a chosen step: a real SIGINT, sent by the process to itself from PyTorch's hook after
+# that step's optimizer update, so the step it lands on does not depend on the machine's speed.
+CTRL_C = """
+import os, signal, sys
+sys.path.insert(0, {src!r})
+from torch.optim.optimizer import register_optimizer_step_post_hook
+at, updates = int(sys.argv[1]), [0]
+def ctrl_c(optimizer, args, kwargs):
+    updates[0] += 1
+    if updates[0] == at:
+        os.kill(os.getpid(), signal.SIGINT)
+register_optimizer_step_post_hook(ctrl_c)
+from bertforge.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
 def test_ctrl_c_saves_and_resume_continues_exactly(tmp_path):
     write_corpus(tmp_path / "corpus")
     # One vocabulary for both runs: the tokenizers library's WordPiece training breaks ties in hash
     # order, so two trainings on the same text may differ (huggingface/tokenizers#1794).
     Tokenizer.train(files=[str(tmp_path / "corpus" / "one.txt")], vocab_size=100).save_pretrained(str(tmp_path / "tok"))
-    # Records every 3 steps: an interruption mid-window must not change how records average.
-    common = ["--steps", "300", "--log-every", "3", "--eval-every", "100", "--save-every", "1000", "--lr", "1e-3",
-              "--tokenizer", str(tmp_path / "tok")]
+    # Records every 3 steps, and Ctrl-C at step 22: an interruption mid-window must not change how
+    # records average; an evaluation before it and two after.
+    common = ["--steps", "60", "--log-every", "3", "--eval-every", "20", "--save-every", "1000", "--lr", "1e-3",
+              "--tokenizer", str(tmp_path / "tok"), "--precision", "fp32"]
     reference = run_cli(tiny_args(tmp_path / "corpus", tmp_path / "full", tmp_path / "cache", *common))
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
 
-    interrupted = run_cli(tiny_args(tmp_path / "corpus", tmp_path / "cut", tmp_path / "cache", *common))
-    metrics = tmp_path / "cut" / "metrics.jsonl"
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 7):
-        assert interrupted.poll() is None, interrupted.stderr.read()
-        time.sleep(0.05)
-    interrupted.send_signal(signal.SIGINT)
-    assert interrupted.wait(timeout=120) == 130, interrupted.stderr.read()
-    saved = os.listdir(tmp_path / "cut" / "checkpoints")
-    assert len(saved) == 1 and 20 <= int(saved[0].split("-")[1]) < 300
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src"))
+    interrupted = subprocess.run([sys.executable, "-c", CTRL_C.format(src=src), "22",
+                                  *tiny_args(tmp_path / "corpus", tmp_path / "cut", tmp_path / "cache", *common)],
+                                 capture_output=True, text=True, timeout=300)
+    assert interrupted.returncode == 130, interrupted.stderr
+    assert "stopping after this step and saving a checkpoint" in interrupted.stderr
+    assert os.listdir(tmp_path / "cut" / "checkpoints") == ["step-0000022"]
     assert not os.path.exists(tmp_path / "cut" / "model")
 
     resumed = run_cli(tiny_args(tmp_path / "corpus", tmp_path / "cut", tmp_path / "cache", *common, "--resume"))
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     full, cut = read_metrics(str(tmp_path / "full")), read_metrics(str(tmp_path / "cut"))
-    assert [r["step"] for r in cut if "loss" in r] == list(range(3, 301, 3))
+    assert [r["step"] for r in cut if "loss" in r] == list(range(3, 61, 3))
+    assert [r["step"] for r in cut if "eval" in r] == [20, 40, 60]
     assert len(full) == len(cut)
     for a, b in zip(full, cut):
         a = {k: v for k, v in a.items() if k not in ("tokens_per_s", "elapsed_s")}
