@@ -46,7 +46,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
              objective: str = "bert", generator_fraction: float = 0.25, vocab_kind: str | None = None,
              recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None,
              init: str | None = None, command_line: dict | None = None, layer_norm: str | None = None) -> dict:
-    """Pretrain an encoder with `objective` (a key of `OBJECTIVES`: bert, roberta, span, albert,
+    """Pretrain an encoder with `objective` (a name of `families.objective_names()`: bert, roberta, span, albert,
     electra, modernbert; or GPT-1's decoder with gpt) on `corpus` (files, folders, globs) and write it under `out`.
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory

@@ -7,7 +7,6 @@ tests a family's name. A family defined elsewhere (a test's, a user's) joins wit
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from ..config.base import _read_json
@@ -77,7 +76,3 @@ def load_config(path: str):
         path = os.path.join(path, "config.json")
     return config_from_dict(_read_json(path), source=path)
 
-
-def with_fields(config, **fields):
-    """A copy of `config` with some fields changed (configs are dataclasses)."""
-    return dataclasses.replace(config, **fields)
