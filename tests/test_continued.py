@@ -15,7 +15,8 @@ transformers = pytest.importorskip("transformers")
 
 def common(tmp_path):
     return ["--corpus", str(tmp_path / "corpus"), "--vocab-size", "100", "--batch-size", "8", "--max-seq-length",
-            "32", "--cache-dir", str(tmp_path / "cache"), "--quiet", "--log-every", "1", "--eval-every", "0"]
+            "32", "--cache-dir", str(tmp_path / "cache"), "--quiet", "--log-every", "1", "--eval-every", "0",
+            "--precision", "fp32"]
 
 
 def losses(out):

@@ -118,7 +118,7 @@ def cycle_corpus(path):
 
 def run(corpus, out, steps, resume=False):
     options = default_options(str(out), None, "elmo", steps=steps, save_every=4, eval_every=4, log_every=2,
-                              progress=False, lr=1e-2)
+                              progress=False, lr=1e-2, precision="fp32")
     return pretrain_recurrent(str(corpus), str(out), "elmo", preset="elmo-tiny", bptt=8, batch_size=4,
                               options=options, resume=resume, layout="lines")
 
@@ -228,7 +228,7 @@ def test_elmo_features_fine_tune_a_classifier_and_a_tagger(tmp_path):
     classification_files(tmp_path, rng)
     done = cli("finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
                "--model", model, "--out", str(tmp_path / "cls"), "--epochs", "8", "--batch-size", "16", "--lr", "3e-3",
-               "--quiet")
+               "--precision", "fp32", "--quiet")
     assert done.returncode == 0, done.stderr
     scores = json.loads((tmp_path / "cls" / "model" / "eval_results.json").read_text())
     assert scores["accuracy"] >= 0.9  # chance: 0.5
@@ -237,7 +237,7 @@ def test_elmo_features_fine_tune_a_classifier_and_a_tagger(tmp_path):
     tagging_files(tmp_path, rng, train=120)
     done = cli("finetune", "--task", "ner", "--train", str(tmp_path / "train.conll"), "--dev",
                str(tmp_path / "dev.conll"), "--model", model, "--out", str(tmp_path / "ner"), "--epochs", "6",
-               "--batch-size", "8", "--lr", "3e-3", "--quiet")
+               "--batch-size", "8", "--lr", "3e-3", "--precision", "fp32", "--quiet")
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "ner" / "model" / "eval_results.json").read_text())["f1"] >= 0.9
 
@@ -252,7 +252,7 @@ def test_taglm_tags_with_and_without_the_lm_states(tmp_path):
         out = tmp_path / tagger
         done = cli("finetune", "--task", "ner", "--train", str(tmp_path / "train.conll"), "--dev",
                    str(tmp_path / "dev.conll"), "--model", model, "--out", str(out), "--tagger", tagger,
-                   "--epochs", "6", "--batch-size", "8", "--lr", "3e-3", "--quiet")
+                   "--epochs", "6", "--batch-size", "8", "--lr", "3e-3", "--precision", "fp32", "--quiet")
         assert done.returncode == 0, done.stderr
         config = json.loads((out / "model" / "config.json").read_text())
         assert config["bertforge_task"]["tagger"] == tagger and config["architectures"] == [

@@ -201,7 +201,7 @@ def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
     assert main(["pretrain", "--objective", objective, "--corpus", str(tmp_path / "corpus"), "--out", str(out),
                  "--preset", "bert-tiny", "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32",
                  "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "30", "--lr", "2e-3",
-                 "--log-every", "5", "--eval-every", "30"]) == 0
+                 "--log-every", "5", "--eval-every", "30", "--precision", "fp32"]) == 0
     records = [r for r in read_metrics(str(out)) if "loss" in r]
     terms = objective_record(objective)[1].terms
     assert all(f"{t}_loss" in records[0] for t in terms)
@@ -220,7 +220,7 @@ def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
     (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + rows)
     assert main(["finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev",
                  str(tmp_path / "train.tsv"), "--model", str(out / "model"), "--out", str(tmp_path / "fine"),
-                 "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
+                 "--epochs", "1", "--batch-size", "8", "--precision", "fp32", "--quiet"]) == 0
     directory = tmp_path / "fine" / "model"
     classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory).eval()
     assert type(classifier).__name__ == FAMILY_CLASS[config["model_type"]] + "ForSequenceClassification"
@@ -269,7 +269,7 @@ def test_roberta_with_a_byte_level_bpe_vocabulary(tmp_path):
                  "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--preset", "bert-tiny",
                  "--vocab-size", "300", "--batch-size", "8", "--max-seq-length", "32",
                  "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "20", "--lr", "2e-3",
-                 "--log-every", "5"]) == 0
+                 "--log-every", "5", "--precision", "fp32"]) == 0
     from bertforge import Tokenizer
 
     ours = Tokenizer.from_pretrained(str(out / "model"))

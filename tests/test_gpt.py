@@ -150,7 +150,7 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
     assert main(["pretrain", "--objective", "gpt", "--corpus", str(tmp_path / "corpus"), "--out", str(out),
                  "--preset", "bert-tiny", "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32",
                  "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "40", "--log-every", "5",
-                 "--eval-every", "40"]) == 0
+                 "--eval-every", "40", "--precision", "fp32"]) == 0
     records = [r for r in read_metrics(str(out)) if "loss" in r]
     assert records[-1]["lm_loss"] < records[0]["lm_loss"] - 0.5  # it learns
     held_out = [r["eval"] for r in read_metrics(str(out)) if r.get("eval")][-1]
@@ -236,7 +236,8 @@ def test_resume_equals_uninterrupted_and_keeps_the_runs_layer_order(tmp_path):
         assert main(["pretrain", "--objective", "gpt", "--corpus", str(tmp_path / "corpus"), "--out", str(out),
                      "--preset", "bert-tiny", "--tokenizer", str(tmp_path / "tok"), "--batch-size", "4",
                      "--max-seq-length", "32", "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "8",
-                     "--log-every", "2", "--eval-every", "4", "--save-every", "4", "--lr", "1e-3", *extra]) == 0
+                     "--log-every", "2", "--eval-every", "4", "--save-every", "4", "--lr", "1e-3", "--precision",
+                     "fp32", *extra]) == 0
 
     run(tmp_path / "straight", "--layer-norm", "post")
     split = tmp_path / "split"

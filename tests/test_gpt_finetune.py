@@ -245,7 +245,7 @@ def test_pretrain_finetune_predict_through_the_command_line(tmp_path, capsys):
     write_corpus(tmp_path / "corpus")
     assert main(["pretrain", "--objective", "gpt", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "lm"),
                  "--preset", "bert-tiny", "--vocab-size", "120", "--batch-size", "8", "--max-seq-length", "32",
-                 "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "10"]) == 0
+                 "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "10", "--precision", "fp32"]) == 0
     words = "alpha beta gamma delta epsilon zeta".split()
     rows = [(f"{a} {b}", int(a in words[:3])) for a in words for b in words]
     data = write_tsv(tmp_path / "train.tsv", rows, ("text", "label"))

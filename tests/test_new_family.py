@@ -64,7 +64,7 @@ def test_a_family_defined_outside_the_library_runs_through_every_command(tmp_pat
     assert main(["pretrain", "--objective", "bag-mlm", "--corpus", str(tmp_path / "corpus"), "--out", str(run),
                  "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32", "--cache-dir",
                  str(tmp_path / "cache"), "--quiet", "--steps", "40", "--lr", "1e-2", "--log-every", "10",
-                 "--eval-every", "40"]) == 0
+                 "--eval-every", "40", "--precision", "fp32"]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [r["mlm_loss"] for r in records if "mlm_loss" in r and "loss" in r]
     assert losses[-1] < losses[0] - 0.5  # the bag learns word frequencies at least
@@ -77,7 +77,7 @@ def test_a_family_defined_outside_the_library_runs_through_every_command(tmp_pat
     assert main(["finetune", "--task", "classification", "--text-column", "sentence", "--label-column", "label",
                  "--model", str(run / "model"), "--train", str(tmp_path / "train.tsv"), "--dev",
                  str(tmp_path / "dev.tsv"), "--out", str(tuned), "--epochs", "8", "--batch-size", "8",
-                 "--quiet"]) == 0
+                 "--precision", "fp32", "--quiet"]) == 0
     best = json.loads((tuned / "model" / "eval_results.json").read_text())
     assert best["accuracy"] == 1.0  # which word set a sentence uses is all there is to learn
 

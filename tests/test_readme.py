@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bertforge.cli import main
@@ -212,6 +213,80 @@ def expand(argv: list[str], env: dict, cwd: Path) -> list[str]:
     return out
 
 
+def value_of(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def saved_model(directory: Path) -> dict:
+    config = json.loads((directory / "config.json").read_text())
+    assert config.get("model_type"), f"{directory / 'config.json'} names no model type"
+    return config
+
+
+def check_output(argv: list[str], out: str, work: Path) -> None:
+    """Beyond its exit code, one thing each kind of command must have done: the file it writes is
+    there and reads back, or what it prints says what it should. `argv` as run (scaled down)."""
+    command, lines = argv[0], out.strip().splitlines()
+    assert lines or command in ("embed", "predict") and "--output" in argv, "it printed nothing"
+    if command in ("pretrain", "finetune"):
+        run = work / value_of(argv, "--out")
+        saved_model(run / "model")
+        assert lines[-1].endswith(f"model in {value_of(argv, '--out')}/model" + (
+            f", checkpoints in {value_of(argv, '--out')}/checkpoints" if command == "pretrain" else "")), lines[-1]
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert any("loss" in r for r in records), "no training record in metrics.jsonl"
+        kept = json.loads((run / "model" / "eval_results.json").read_text())
+        assert set(kept) - {"step"}, f"eval_results.json holds no scores: {kept}"
+    elif command == "tokenizer":
+        assert json.loads((work / value_of(argv, "--out") / "tokenizer.json").read_text())["model"]["vocab"]
+    elif command == "generate":
+        assert lines[0].startswith(argv[2]), lines  # the prompt, then what the model adds
+    elif command == "evaluate-lm":
+        assert re.search(r"masked-token accuracy \d+\.\d%, always guessing", out), out
+    elif command == "fill-mask":
+        assert re.match(r"\[MASK\] 1: \S+ \(\d", lines[0]), lines
+    elif command == "export":
+        assert lines[0].startswith(f"wrote {argv[2]}: ")
+        if "allennlp" in argv:
+            assert json.loads((work / argv[2] / "options.json").read_text())["lstm"]
+        else:
+            assert "onnxruntime agrees" in lines[0] and (work / argv[2]).stat().st_size > 1000, lines
+    elif command == "import-allennlp":
+        assert saved_model(work / argv[3])["model_type"] == "elmo"
+    elif command == "evaluate":
+        scores = json.loads(lines[-1])
+        assert 0 <= scores["accuracy"] <= 1 and scores["examples"] > 0, scores
+    elif command == "info":
+        assert re.match(rf"{re.escape(argv[1])}: \w+, \d+\.\dM parameters", lines[0]), lines
+    elif command == "predict":
+        if "--format" in argv and value_of(argv, "--format") == "conll":
+            assert all(len(line.split()) >= 2 for line in lines if line), lines  # a word and its tags
+        else:
+            written = (work / value_of(argv, "--output")).read_text() if "--output" in argv else out
+            assert all("label" in json.loads(line) for line in written.splitlines()), written
+    elif command == "embed":
+        path = work / value_of(argv, "--output")
+        texts = (work / value_of(argv, "--input")).read_text().splitlines()
+        if path.suffix == ".npy":
+            assert np.load(path).shape[0] == len(texts)
+        else:  # a vector per token
+            records = [json.loads(line) for line in path.read_text().splitlines()]
+            assert len(records) == len(texts) and all(len(r["vector"]) == len(r["tokens"]) > 0 for r in records)
+    else:
+        raise AssertionError(f"no output check for `bertforge {command}`: add one to check_output")
+
+
+def not_empty(path: Path) -> None:
+    assert path.read_text().strip(), f"{path} is empty"
+
+
+def output_is_right(number: int, key: str, check, *args) -> None:
+    try:
+        check(*args)
+    except Exception as e:  # an assertion, or a file that is missing or does not parse
+        pytest.fail(f"README.md, line {number}: {key}\n  -> exit 0, but {type(e).__name__}: {e}")
+
+
 def unchecked(commands: list[tuple[int, list[str], str]]) -> list[str]:
     """The commands this test can neither run nor finds in SKIPPED."""
     return [f"README.md, line {n}: {key}" for n, words, key in commands if key not in SKIPPED and not (
@@ -263,6 +338,8 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
                                       env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
                                            "OMP_NUM_THREADS": "1"})
                 code, message = done.returncode, (done.stderr.strip().splitlines() or [""])[-1]
+                if code == 0:
+                    output_is_right(number, key, saved_model, work / value_of(argv, "--out") / "model")
                 words = []
             elif "bertforge" in words and words[0] != "bertforge":  # `echo ... | bertforge ...`: its standard input
                 cut = words.index("bertforge")
@@ -277,11 +354,16 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
                 done = subprocess.run(["bash", "-c", bash(words)], cwd=work, env={**os.environ, **env},
                                       capture_output=True, text=True)
                 code, message = done.returncode, done.stderr.strip()
+                if code == 0 and ">" in words:
+                    output_is_right(number, key, not_empty, work / expand([words[words.index(">") + 1]], env, work)[0])
             else:
                 argv = scaled(expand(words[1:], env, work))
                 capsys.readouterr()
                 code = main(argv)
-                message = (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+                printed = capsys.readouterr()
+                message = (printed.err.strip().splitlines() or [""])[-1]
+                if code == 0:
+                    output_is_right(number, key, check_output, argv, printed.out, work)
             if code != 0:
                 waiting.append((number, command, key))
                 errors[number] = f"README.md, line {number}: {key}\n  -> exit {code}: {message}"

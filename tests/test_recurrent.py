@@ -172,7 +172,7 @@ def test_ar_and_tar_are_their_definitions():
 
 def run(corpus, out, steps, resume=False, **kw):
     options = default_options(str(out), kw.get("init"), steps=steps, save_every=4, eval_every=4, log_every=2,
-                              progress=False)
+                              progress=False, precision="fp32")
     return pretrain_recurrent(str(corpus), str(out), preset=None if kw.get("init") else "awd-lstm-tiny", bptt=8,
                               batch_size=4, options=options, resume=resume, **kw)
 
@@ -247,7 +247,8 @@ def test_cli_pretrains_then_classifies(tmp_path):
     write_corpus(tmp_path / "corpus")
     out = tmp_path / "lm"
     done = cli("pretrain", "--objective", "awd-lstm", "--corpus", str(tmp_path / "corpus"), "--out", str(out),
-               "--preset", "awd-lstm-tiny", "--bptt", "8", "--batch-size", "4", "--steps", "6", "--quiet")
+               "--preset", "awd-lstm-tiny", "--bptt", "8", "--batch-size", "4", "--steps", "6", "--precision", "fp32",
+               "--quiet")
     assert done.returncode == 0, done.stderr
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["model_type"] == "awd-lstm" and (out / "model" / "words.json").exists()
@@ -265,7 +266,7 @@ def test_cli_pretrains_then_classifies(tmp_path):
         (tmp_path / f"{name}.tsv").write_text("\n".join(rows) + "\n")
     done = cli("finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
                "--model", str(out / "model"), "--out", str(tmp_path / "cls"), "--epochs", "30", "--batch-size", "16",
-               "--unfreeze-every", "10", "--quiet")
+               "--unfreeze-every", "10", "--precision", "fp32", "--quiet")
     assert done.returncode == 0, done.stderr
     scores = json.loads((tmp_path / "cls" / "model" / "eval_results.json").read_text())
     assert scores["accuracy"] >= 0.85  # chance: 0.5
@@ -277,11 +278,11 @@ def test_cli_pretrains_then_classifies(tmp_path):
     # the mean of their probabilities
     done = cli("pretrain", "--objective", "awd-lstm", "--corpus", str(tmp_path / "corpus"), "--out",
                str(tmp_path / "lm-bwd"), "--preset", "awd-lstm-tiny", "--bptt", "8", "--batch-size", "4",
-               "--steps", "6", "--backwards", "--quiet")
+               "--steps", "6", "--backwards", "--precision", "fp32", "--quiet")
     assert done.returncode == 0, done.stderr
     done = cli("finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
                "--model", str(tmp_path / "lm-bwd" / "model"), "--out", str(tmp_path / "cls-bwd"), "--epochs", "3",
-               "--batch-size", "16", "--quiet")
+               "--batch-size", "16", "--precision", "fp32", "--quiet")
     assert done.returncode == 0, done.stderr
     both = [str(tmp_path / "cls" / "model"), str(tmp_path / "cls-bwd" / "model")]
     probabilities = []
