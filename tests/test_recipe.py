@@ -9,8 +9,33 @@ from conftest import write_corpus
 from bertforge import BertforgeError
 from bertforge.pretrain import pretrain
 from bertforge.config import default_preset
-from bertforge.recipe import finetuning_lr, pretraining_recipe, vocabulary_size
+from bertforge.config import preset
+from bertforge.recipe import finetuning_lr, pretraining_plan, pretraining_recipe, vocabulary_size
 from bertforge.training.trainer import TrainOptions, _replan
+
+
+def test_settings_come_in_layers_each_remembering_its_source():
+    plan = pretraining_plan("bert", {"lr": 5e-4, "preset": None, "recipe": None}, max_minutes=3)
+    assert (plan["preset"], plan.source("preset")) == ("bert-tiny", "default")  # by the budget
+    assert (plan["lr"], plan.source("lr")) == (5e-4, "given")
+    assert (plan["warmup"], plan.source("warmup")) == (0.1, "recipe small-budget")
+    assert (plan["positions"], plan["recipe"]) == ("rotary", "small-budget")
+    assert plan.not_from("default", "recipe small-budget") == "given: lr"
+    # the recipe at the size given, not at the budget's
+    assert pretraining_plan("bert", {"preset": "bert-mini"}, max_minutes=3)["lr"] == 1e-3
+    assert pretraining_plan("bert", {"recipe": "bert-2018"}).source("lr") == "recipe bert-2018"
+
+    start = preset("bert-small")  # a checkpoint being continued (BERT, absolute positions): its own size
+    plan = pretraining_plan("bert", {"warmup": 0.2}, start=start, init="ckpt")
+    assert plan["preset"] is None and plan.source("preset") == "checkpoint ckpt"
+    assert (plan["positions"], plan["lr"]) == ("absolute", finetuning_lr(512))
+    assert plan.source("lr") == "checkpoint ckpt" and plan["warmup"] == 0.2
+    assert "layer_norm" not in plan  # a family with one layer order has no such setting
+
+    resumed = pretraining_plan("gpt", {}, saved={})  # a GPT run saved before the order was a choice
+    assert (resumed["layer_norm"], resumed.source("layer_norm")) == ("post", "resumed run")
+    assert pretraining_plan("gpt", {"layer_norm": "pre"}, saved={}).source("layer_norm") == "given"
+    assert pretraining_plan("gpt", {})["layer_norm"] == "pre"  # the small-budget recipe's
 
 
 def test_small_budget_recipe_by_size_and_family():

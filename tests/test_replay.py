@@ -100,6 +100,7 @@ def test_a_fine_tuning_run_replays_to_the_same_losses_and_weights(pretrained, tm
     saved = run_config(first)
     assert saved["command"] == "finetune" and saved["args"]["model"] == str(pretrained / "model")
     assert saved["args"]["lr"] == 1e-3 and saved["task"] == "sst2" and saved["model"] == str(pretrained / "model")
+    assert saved["sources"] == {"lr": "given", "warmup": "recipe bert"}  # the rate given, the warm-up the family's
     assert main(["finetune", "--config", str(first / "run_config.json"), "--out", str(again)]) == 0
     assert records(again) == records(first) and any("cls_loss" in r for r in records(again))
     assert_same_weights(first, again)

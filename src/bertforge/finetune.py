@@ -17,6 +17,7 @@ from .families import family_of
 from .formats import native
 from .formats.hf import load_into, read_config
 from .load import load_finetuned, load_tokenizer
+from .plan import GIVEN, Plan
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .report import header, say
@@ -32,7 +33,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
              classifier_dropout: float | None = None, eval_every: int | None = None,
              options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None,
              max_train_samples: int | None = None, max_eval_samples: int | None = None, crf: bool = False,
-             tagger: str | None = None, command_line: dict | None = None) -> dict:
+             tagger: str | None = None, command_line: dict | None = None, plan: Plan | None = None) -> dict:
     """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory, an AWD-LSTM for
     ULMFiT's classifier, or an ELMo biLM whose frozen features feed a task biLSTM) for `task`: a task
     made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
@@ -48,7 +49,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     (tagging over an ELMo biLM): "taglm" for TagLM (the LM's states joined inside a two-layer
     biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them. `command_line`
     (the CLI's command and options, `replay.run_arguments`) is saved at the top of run_config.json, for
-    `--config` to replay the run.
+    `--config` to replay the run; `plan` (`finetuning_plan`), the settings `options` were made from,
+    with their sources.
     """
     task = _task_options(task, crf, tagger)
     for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
@@ -64,7 +66,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
     lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if family.input_transforms else 0.0
     if options is None:
-        options = TrainOptions(out=out, **default_finetuning(base))
+        plan = finetuning_plan(base)
+        options = TrainOptions(out=out, **plan.values())
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = load_tokenizer(model)
@@ -105,7 +108,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train_file),
                   "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
                   "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
-                  "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight}
+                  "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight,
+                  "sources": plan.sources() if plan else None}
     if task.crf:
         run_config["crf"] = True
     if task.tagger:
@@ -159,10 +163,12 @@ def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, tr
     return net, collate
 
 
-def default_finetuning(config) -> dict:
-    """The optimisation a model of `config`'s family fine-tunes with by default (its family's:
-    ULMFiT's for an AWD-LSTM, Adam at 1e-3 for ELMo's task biLSTM, else a rate by width)."""
-    return family_of(config).call("finetuning", config)
+def finetuning_plan(config, given: dict | None = None) -> Plan:
+    """The optimisation of a fine-tuning run of a model of `config`: its family's recipe (ULMFiT's
+    for an AWD-LSTM, Adam at 1e-3 for ELMo's task biLSTM, else a rate by width), under the options
+    `given` (None: not given), each remembering its source."""
+    family = family_of(config)
+    return Plan().layer(f"recipe {family.name}", family.call("finetuning", config)).layer(GIVEN, given or {})
 
 
 # Below this many examples, featurising and predicting take a few seconds at most: no progress is

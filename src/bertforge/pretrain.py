@@ -11,7 +11,6 @@ import torch.distributed as dist
 
 from .atomic import atomic_directory
 from .checks import check
-from .config import default_preset
 from .data.batches import MaskingOptions, PretrainingData
 from .data.corpus import corpus_sentences, find_files
 from .data.shards import build_shards, shard_key
@@ -20,7 +19,8 @@ from .formats.hf import head_keys, load_into, parts, read_config, read_weights
 from .models.bert import Dropout
 from .families import FAMILIES, Family, Objective, resolve
 from .families import objective as find_objective
-from .recipe import pretraining_recipe, vocabulary_size
+from .plan import Plan
+from .recipe import pretraining_plan, vocabulary_size
 from .data.tokenizer import KINDS, Tokenizer
 from .training.checkpoints import latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
@@ -45,7 +45,8 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
              resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
              objective: str = "bert", generator_fraction: float = 0.25, vocab_kind: str | None = None,
              recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None,
-             init: str | None = None, command_line: dict | None = None, layer_norm: str | None = None) -> dict:
+             init: str | None = None, command_line: dict | None = None, layer_norm: str | None = None,
+             plan: Plan | None = None) -> dict:
     """Pretrain an encoder with `objective` (a name of `families.objective_names()`: bert, roberta, span, albert,
     electra, modernbert; or GPT-1's decoder with gpt) on `corpus` (files, folders, globs) and write it under `out`.
 
@@ -67,7 +68,8 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     preset's, for fine-tuning), and without `options` or `masking` the learning rate, warm-up,
     betas and masking rate. `batch_size` defaults to the objective's. `command_line` (the CLI's
     command and options, `replay.run_arguments`) is saved at the top of run_config.json, for `--config`
-    to replay the run. Returns the trainer's summary.
+    to replay the run. `plan` (`settings_plan`) replaces all the defaults above when the caller has
+    resolved them already, as `pretrain_with_recipe` has. Returns the trainer's summary.
     """
     family, record = find_objective(objective)
     if family.pipeline != "subword":
@@ -77,38 +79,39 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
                         ("short_seq_prob", short_seq_prob), ("eval_fraction", eval_fraction),
                         ("generator_fraction", generator_fraction), ("dropout", dropout)):
         check(name, value)
-    terms, start = record.terms, None
-    if init:
-        start, terms = continued(init, objective, tokenizer, positions)
-        positions, preset = start.positions, None  # the checkpoint's
-    else:
-        preset = preset or family.default_preset or default_preset(options.max_minutes if options else None)
-    chosen = pretraining_recipe(recipe, objective, preset, continued_width=start.hidden_size if init else None)
-    positions = positions or chosen.positions
-    dropout = chosen.dropout if dropout is None else dropout
-    check_positions(family, record, positions)
+    start, terms = continued(init, objective, tokenizer) if init else (None, record.terms)
     saved = _saved_run_config(out) if resume else None
-    layer_norm = _layer_order(family, layer_norm or None, chosen.layer_norm, start, saved, init)
+    if plan is None:  # called from Python: the arguments given, on top of the recipe
+        given = {"preset": preset, "recipe": recipe, "positions": positions, "dropout": dropout,
+                 "layer_norm": layer_norm, "batch_size": batch_size}
+        if options is not None:
+            given.update(lr=options.lr, warmup=options.warmup, betas=options.betas, schedule=options.schedule,
+                         clip=options.clip)
+        if masking is not None:
+            given["mask_prob"] = masking.mask_prob
+        plan = settings_plan(objective, given, init=init, resume=resume, out=out,
+                             max_minutes=options.max_minutes if options else None)
+    preset, positions, dropout, batch_size = plan["preset"], plan["positions"], plan["dropout"], plan["batch_size"]
+    layer_norm = plan.get("layer_norm") or family.layer_norms[0]
     if vocab_kind is not None and (tokenizer or init or resume):
         raise BertforgeError("a vocabulary kind applies only to a vocabulary learned on the corpus: drop it, or drop "
                              "--tokenizer/--init/--resume")
     vocab_kind = vocab_kind or family.vocab_kind
     if vocab_kind not in KINDS:
         raise BertforgeError(f"unknown vocabulary kind {vocab_kind!r}; choose one of {', '.join(KINDS)}")
-    options = options or TrainOptions(out=out, lr=chosen.lr, warmup=chosen.warmup, betas=chosen.betas,
-                                      schedule=chosen.schedule)
+    options = options or TrainOptions(out=out, lr=plan["lr"], warmup=plan["warmup"], betas=plan["betas"],
+                                      schedule=plan["schedule"], clip=plan["clip"])
     options.out = out
-    masking = masking or masking_options(objective, mask_prob=chosen.mask_prob)
-    batch_size = batch_size or record.batch_size
+    masking = masking or masking_options(objective, mask_prob=plan["mask_prob"])
     files = find_files(corpus)
     run_config = {
         "objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset,
         "generator_fraction": generator_fraction if record.generator else None, "max_seq_length": max_seq_length,
         "batch_size": batch_size, "short_seq_prob": short_seq_prob, "masking": vars(masking),
         "layout": layout, "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
-        "recipe": chosen.name, "positions": positions, "pretraining_dropout": dropout,
+        "recipe": plan["recipe"], "positions": positions, "pretraining_dropout": dropout,
         "layer_norm": layer_norm if len(family.layer_norms) > 1 else None,
-        "init": os.path.abspath(init) if init else None, "terms": list(terms),
+        "init": os.path.abspath(init) if init else None, "terms": list(terms), "sources": plan.sources(),
     }
     rank, world, _ = distributed_setup()
     tok = _run_tokenizer(out, files, tokenizer or init, resume, run_config, saved, vocab_size, lowercase, vocab_kind,
@@ -135,6 +138,23 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     return train(model, data, options, tok, {**(command_line or {}), **run_config, **facts}, resume)
 
 
+def settings_plan(objective: str, given: dict, *, init: str | None = None, resume: bool = False,
+                  out: str | None = None, max_minutes: float | None = None) -> Plan:
+    """The run's settings (`recipe.pretraining_plan`), with the checkpoint continued (`init`) or
+    the run resumed in `out` read for their layers, checked against what the family can build."""
+    family, record = find_objective(objective)
+    if init and given.get("preset"):
+        raise BertforgeError("--init continues a checkpoint of its own size: drop --preset")
+    start = read_config(init) if init else None
+    saved = _saved_run_config(out) if resume else None
+    plan = pretraining_plan(objective, given, max_minutes=max_minutes, start=start, init=init, saved=saved)
+    check_positions(family, record, plan["positions"])
+    if start is not None and plan["positions"] != start.positions:
+        raise BertforgeError(f"{init}: its positions are {start.positions}; drop --positions {plan['positions']}")
+    _check_layer_order(family, plan.get("layer_norm"), start, init)
+    return plan
+
+
 def check_positions(family: Family, record: Objective, positions: str) -> None:
     """The positions asked for are ones the objective's family can be saved with."""
     if positions not in ("absolute", "rotary"):
@@ -148,24 +168,17 @@ def check_positions(family: Family, record: Objective, positions: str) -> None:
     raise BertforgeError(f"{family.describe}'s positions are {record.positions[0]}: drop --positions {positions}")
 
 
-def _layer_order(family: Family, given: str | None, default: str, start, saved: dict | None, init: str | None) -> str:
-    """The layer order of the run: a continued checkpoint's own, a resumed run's own, the one given,
-    or the recipe's."""
-    choice = len(family.layer_norms) > 1
-    if start is not None and choice:
-        if given not in (None, start.layer_norm):
-            raise BertforgeError(f"{init}: its layer order is {start.layer_norm}; drop --layer-norm {given}")
-        given = start.layer_norm
-    if saved is not None and given is None and choice:
-        # the run's own order; a run saved before the order was a choice had the paper's
-        given = saved.get("layer_norm", family.layer_norms[0])
-    given = given or default
-    if given not in ("pre", "post"):
-        raise BertforgeError(f"unknown layer norm order {given!r}; choose pre or post")
-    if given not in family.layer_norms:
-        raise BertforgeError(f"--layer-norm {given}: {family.describe} models are built in one order "
+def _check_layer_order(family: Family, order: str | None, start, init: str | None) -> None:
+    """The layer order chosen is one the family builds, and a continued checkpoint's own."""
+    if order is None:
+        return
+    if order not in ("pre", "post"):
+        raise BertforgeError(f"unknown layer norm order {order!r}; choose pre or post")
+    if order not in family.layer_norms:
+        raise BertforgeError(f"--layer-norm {order}: {family.describe} models are built in one order "
                              f"({family.layer_norms[0]}-LayerNorm); drop it")
-    return given
+    if start is not None and order != start.layer_norm:
+        raise BertforgeError(f"{init}: its layer order is {start.layer_norm}; drop --layer-norm {order}")
 
 
 def _run_tokenizer(out: str, files: list[str], given: str | None, resume: bool, run_config: dict, saved: dict | None,
@@ -209,51 +222,36 @@ def pretrain_with_recipe(corpus, out: str, *, objective: str = "bert", preset: s
                          save_every: int = 500, keep: int = 2, quiet: bool = False,
                          report_to: list[str] | None = None, command_line: dict | None = None) -> dict:
     """`bertforge pretrain` of a BERT-family objective or GPT-1, from Python: the options are the
-    command's, under its names and with its defaults (None: not given). The recipe's defaults
-    (`recipe.pretraining_recipe`, at the size `recipe.default_preset` picks for the budget) fill in
-    what was not given; the settings chosen are printed (unless `quiet`), then `pretrain` runs, and
-    how it ended is printed. Returns its summary. The CLI's pretrain command and the demo call it."""
+    command's, under its names and with its defaults (None: not given). `settings_plan` fills in
+    what was not given (the recipe's defaults at the size the budget picks, a continued checkpoint's,
+    a resumed run's); the settings are printed with where they came from (unless `quiet`), then
+    `pretrain` runs on them, and how it ended is printed. Returns its summary. The CLI's pretrain command and the demo call it."""
     family, record = find_objective(objective)
     if preset and preset not in family.presets:
         raise BertforgeError(f"--preset {preset} is not a size for --objective {objective}; choose one of "
                              f"{', '.join(sorted(family.presets))}")
-    clip = 1.0 if clip is None else clip
-    # The recipe's defaults, then every flag given on top of them.
-    if init and preset:
-        raise BertforgeError("--init continues a checkpoint of its own size: drop --preset")
-    preset = None if init else preset or family.default_preset or default_preset(max_minutes)
-    width = read_config(init).hidden_size if init else None
-    chosen = pretraining_recipe(recipe, objective, preset, continued_width=width)
-    lr = chosen.lr if lr is None else lr
-    warmup = chosen.warmup if warmup is None else warmup
-    betas = chosen.betas if beta2 is None else (0.9, beta2)
-    positions = positions or (None if init else chosen.positions)  # --init: the checkpoint's
-    dropout = chosen.dropout if dropout is None else dropout
-    schedule = schedule or chosen.schedule
     if layer_norm and len(family.layer_norms) < 2:
         raise BertforgeError(f"--layer-norm is GPT's choice: not for --objective {objective}")
-    layer_norm = layer_norm or (None if init or resume else chosen.layer_norm)  # or the run's own
     given = [flag for flag, value in (("--mask-prob", mask_prob), ("--masking", masking),
                                       ("--whole-word", whole_word or None), ("--replace-prob", replace_prob),
                                       ("--random-prob", random_prob)) if value is not None]
     if not record.masks and given:
         raise BertforgeError(f"{family.describe} predicts every next token and masks nothing: drop {', '.join(given)}")
-    mask_prob = chosen.mask_prob if mask_prob is None else mask_prob
+    plan = settings_plan(objective, {
+        "recipe": recipe, "preset": preset, "positions": positions, "layer_norm": layer_norm, "lr": lr,
+        "warmup": warmup, "betas": None if beta2 is None else (0.9, beta2), "dropout": dropout, "schedule": schedule,
+        "mask_prob": mask_prob, "batch_size": batch_size, "clip": clip}, init=init, resume=resume, out=out,
+        max_minutes=max_minutes)
     if not quiet:
-        masked = f"masking {mask_prob:.0%}" if record.masks else "left-to-right, nothing masked"
-        order = LAYER_ORDERS.get(layer_norm, "") if len(family.layer_norms) > 1 else ""
-        print(f"{init or preset}, objective {objective}, recipe {chosen.name}: "
-              f"{positions or 'its own'} positions{order}, peak lr "
-              f"{lr:g}, warm-up {warmup:g}, {schedule} decay, beta2 {betas[1]:g}, dropout {dropout:g} while "
-              f"pretraining, {masked} (each has a flag; all saved in run_config.json)", flush=True)
+        print(settings_line(plan, record, init), flush=True)
     options = TrainOptions(
-        lr=lr, betas=betas, out=out, steps=steps, max_minutes=max_minutes, warmup=warmup,
-        schedule=schedule, weight_decay=weight_decay, accum=accum, clip=clip,
+        lr=plan["lr"], betas=plan["betas"], out=out, steps=steps, max_minutes=max_minutes, warmup=plan["warmup"],
+        schedule=plan["schedule"], weight_decay=weight_decay, accum=accum, clip=plan["clip"],
         precision=precision, log_every=log_every, eval_every=eval_every,
         eval_batches=eval_batches, save_every=save_every, keep=keep, seed=seed,
         progress=not quiet, compile=compile, report_to=report_to or (),
     )
-    chosen_masking = masking_options(objective, mask_prob=mask_prob, replace_prob=replace_prob,
+    chosen_masking = masking_options(objective, mask_prob=plan["mask_prob"], replace_prob=replace_prob,
                                      random_prob=random_prob, whole_word=whole_word or None, scheme=masking)
     result = pretrain(
         corpus, out, objective=objective, generator_fraction=generator_fraction,
@@ -263,7 +261,7 @@ def pretrain_with_recipe(corpus, out: str, *, objective: str = "bert", preset: s
         short_seq_prob=short_seq_prob, masking=chosen_masking, layout=layout, text_field=text_field,
         cache_dir=cache_dir, eval_fraction=eval_fraction, resume=resume, options=options,
         recipe=recipe, positions=positions, dropout=dropout, init=init, command_line=command_line,
-        layer_norm=layer_norm,
+        layer_norm=layer_norm, plan=plan,
     )
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{out}/model, checkpoints in {out}/checkpoints")
@@ -272,6 +270,17 @@ def pretrain_with_recipe(corpus, out: str, *, objective: str = "bert", preset: s
 
 # How the settings line names a decoder's layer order.
 LAYER_ORDERS = {"pre": ", GPT-2's layer order", "post": ", GPT-1's layer order"}
+
+
+def settings_line(plan: Plan, record: Objective, init: str | None) -> str:
+    """What a run will do, printed at its start: the settings, then those that are not the recipe's."""
+    masked = f"masking {plan['mask_prob']:.0%}" if record.masks else "left-to-right, nothing masked"
+    order = LAYER_ORDERS.get(plan.get("layer_norm"), "")
+    others = plan.not_from("default", f"recipe {plan['recipe']}")
+    return (f"{init or plan['preset']}, objective {record.name}, recipe {plan['recipe']}: {plan['positions']} "
+            f"positions{order}, peak lr {plan['lr']:g}, warm-up {plan['warmup']:g}, {plan['schedule']} decay, "
+            f"beta2 {plan['betas'][1]:g}, dropout {plan['dropout']:g} while pretraining, {masked} (each has a flag; "
+            f"all saved in run_config.json{'; ' + others if others else ''})")
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> None:
@@ -290,7 +299,7 @@ RESUME_KEYS = ("objective", "generator_fraction", "corpus", "max_seq_length", "b
                "layer_norm")
 
 
-def continued(init: str, objective: str, tokenizer: str | None, positions: str | None) -> tuple[object, tuple]:
+def continued(init: str, objective: str, tokenizer: str | None) -> tuple[object, tuple]:
     """What continuing the checkpoint `init` with `objective` starts from: its config, and the
     objective's terms less a sentence-pair term the checkpoint has no head for (printed)."""
     if tokenizer:
@@ -300,8 +309,6 @@ def continued(init: str, objective: str, tokenizer: str | None, positions: str |
     if not record.can_continue(config.model_type):
         own = next((o.name for f in FAMILIES for o in f.objectives if o.can_continue(config.model_type)), None)
         raise BertforgeError(f"{init}: a {config.model_type} checkpoint; continue it with --objective {own}")
-    if positions not in (None, config.positions):
-        raise BertforgeError(f"{init}: its positions are {config.positions}; drop --positions {positions}")
     terms = record.terms
     names = set(read_weights(init, config.model_type)[0])
     heads = head_keys(config.model_type)

@@ -12,10 +12,12 @@ the start of a run and saved in its run_config.json.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
+from .config import default_preset
 from .errors import BertforgeError
 from .families import objective as objective_record
+from .plan import DEFAULT, GIVEN, Plan
 
 PAPERS = "bert-2018"  # the papers' own settings
 RECIPES = ("small-budget", PAPERS)
@@ -49,10 +51,9 @@ class PretrainingRecipe:
         return asdict(self)
 
 
-def pretraining_recipe(name: str, objective: str, preset: str | None,
-                       continued_width: int | None = None) -> PretrainingRecipe:
+def pretraining_recipe(name: str, objective: str, preset: str | None) -> PretrainingRecipe:
     """The defaults of recipe `name` for `objective` (a name of `families.objective_names()`) at size
-    `preset`, or, continuing a pretrained model `continued_width` wide, at the rate that fine-tunes it.
+    `preset` (`pretraining_plan` puts them in a run's layers).
 
     Small-budget: rotary positions where the objective has a rotary HF class (BERT's objectives
     become RoFormer; ModernBERT is rotary by design); the others keep their learned positions, and
@@ -66,8 +67,6 @@ def pretraining_recipe(name: str, objective: str, preset: str | None,
     if name not in RECIPES:
         raise BertforgeError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
     _, chosen = objective_record(objective)
-    if continued_width:
-        return replace(pretraining_recipe(name, objective, preset), lr=finetuning_lr(continued_width))
     if name == PAPERS:
         paper = {"lr": 1e-4, "warmup": 0.01, "betas": (0.9, 0.999), "dropout": 0.1, "mask_prob": 0.15,
                  **chosen.paper}
@@ -76,6 +75,35 @@ def pretraining_recipe(name: str, objective: str, preset: str | None,
     return PretrainingRecipe(name, "rotary" if chosen.rotary else chosen.positions[0],
                              lr if chosen.rotary else lr / 2, 0.1, (0.9, 0.98), 0.0, chosen.mask_prob,
                              chosen.schedule, chosen.layer_norm)
+
+
+def pretraining_plan(objective: str, given: dict, *, max_minutes: float | None = None, start=None,
+                     init: str | None = None, saved: dict | None = None) -> Plan:
+    """The settings of a pretraining run of `objective`, in layers: the defaults (the objective's
+    batch size, clipping at 1, the size `config.default_preset` picks for the budget), the recipe's
+    at that size (`pretraining_recipe`), the checkpoint's when continuing `init` (whose config is
+    `start`: its positions, layer order and the rate that fine-tunes its width; no preset), the
+    resumed run's layer order (`saved`, its run_config.json), and on top the options `given` (None:
+    not given). Keys: recipe, preset, positions, layer_norm (a family with a choice of order only),
+    lr, warmup, betas, dropout, schedule, mask_prob, batch_size, clip."""
+    family, chosen = objective_record(objective)
+    name = given.get("recipe") or RECIPES[0]
+    choice = len(family.layer_norms) > 1
+    plan = Plan().layer(DEFAULT, {"recipe": RECIPES[0], "batch_size": chosen.batch_size, "clip": 1.0,
+                                  "preset": family.default_preset or default_preset(max_minutes)})
+    preset = given.get("preset") or plan["preset"]
+    defaults = pretraining_recipe(name, objective, preset)
+    plan.layer(f"recipe {name}", {
+        "positions": defaults.positions, "lr": defaults.lr, "warmup": defaults.warmup, "betas": defaults.betas,
+        "dropout": defaults.dropout, "schedule": defaults.schedule, "mask_prob": defaults.mask_prob,
+        "layer_norm": defaults.layer_norm if choice else None})
+    if start is not None:
+        plan.unset(f"checkpoint {init}", "preset")  # the checkpoint is its own size
+        plan.layer(f"checkpoint {init}", {"positions": start.positions, "lr": finetuning_lr(start.hidden_size),
+                                          "layer_norm": start.layer_norm if choice else None})
+    if saved is not None and choice:  # a run saved before the order was a choice had the paper's
+        plan.layer("resumed run", {"layer_norm": saved.get("layer_norm", family.layer_norms[0])})
+    return plan.layer(GIVEN, given)
 
 
 def finetuning_lr(hidden_size: int) -> float:

@@ -115,20 +115,20 @@ def run(args) -> None:
                      choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
                      prefix_column=args.prefix_column, features=args.features)
     from ..families import family_of
-    from ..finetune import default_finetuning
+    from ..finetune import finetuning_plan
     from ..formats.hf import read_config
 
     base = read_config(args.model)
     family = family_of(base)
     # the family's recipe (ULMFiT's for an AWD-LSTM) under every flag given
-    given = {"lr": args.lr, "warmup": args.warmup, "schedule": args.schedule, "layer_decay": args.layer_lr_decay}
-    recipe = {**default_finetuning(base), **{k: v for k, v in given.items() if v is not None}}
+    plan = finetuning_plan(base, {"lr": args.lr, "warmup": args.warmup, "schedule": args.schedule,
+                                  "layer_decay": args.layer_lr_decay})
     # a recipe of several settings (ULMFiT's) is described whole; a rate alone, when it was not given
     if not args.quiet and (family.gradual_unfreezing or args.lr is None):
         print(family.finetuning_note.format(width=base.hidden_size, **{"layer_decay": 1.0, "schedule": "linear",
-                                                                       **recipe}), flush=True)
+                                                                       **plan.values()}), flush=True)
     options = TrainOptions(
-        out=args.out, steps=args.steps, **recipe,
+        out=args.out, steps=args.steps, **plan.values(),
         weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
         log_every=args.log_every, keep=1, seed=args.seed, progress=not args.quiet, patience=args.patience,
         unfreeze_every=args.unfreeze_every, compile=args.compile, max_minutes=args.max_minutes,
@@ -138,7 +138,8 @@ def run(args) -> None:
                       batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
                       eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
                       max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                      crf=args.crf, tagger=args.tagger, command_line=run_arguments(args.command, vars(args)))
+                      crf=args.crf, tagger=args.tagger, command_line=run_arguments(args.command, vars(args)),
+                      plan=plan)
     best = result["best"]
     from ..metrics import format_score, format_scores
 
