@@ -49,6 +49,8 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert load_pretrained(str(tmp_path / "pretrain" / "model")).config.hidden_size == 128
     assert len(os.listdir(tmp_path / "corpus")) == 37 and os.listdir(tmp_path / "held-out") == ["hamlet.txt"]
     assert "masked-token accuracy" in out and "always guessing" in out
+    # what it learned in the table; the next-sentence head once, beside chance, with why
+    assert "MLM accuracy" in out and "NSP accuracy" not in out and "(chance: 50%)" in out
     assert f"bertforge serve {tmp_path / 'pretrain' / 'model'}" in out  # how to look inside what it trained
 
 
