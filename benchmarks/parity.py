@@ -56,7 +56,7 @@ def main() -> None:
         theirs = transformers.BertForPreTraining.from_pretrained(d).eval()
         with torch.no_grad():
             expected = theirs(**batch)
-            hidden = pre.bert(**batch)
+            hidden = pre.backbone(**batch)
             logits = pre.mlm_logits(hidden.last_hidden_state, torch.arange(batch["input_ids"].numel()))
             mlm = (logits.view_as(expected.prediction_logits) - expected.prediction_logits).abs().max().item()
             nsp = (pre.nsp(hidden.pooler_output) - expected.seq_relationship_logits).abs().max().item()

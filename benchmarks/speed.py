@@ -371,7 +371,7 @@ def generate_child(impl: str, directory: str) -> dict:
         def run():  # the loop of bertforge.generate.Generator, greedy
             ids, cache, step_input = prompt, Cache() if use_cache else None, prompt
             for _ in range(new):
-                hidden = model.bert(step_input if use_cache else ids, cache=cache).last_hidden_state
+                hidden = model.backbone(step_input if use_cache else ids, cache=cache).last_hidden_state
                 token = model.lm_logits(hidden[0], torch.tensor([hidden.shape[1] - 1])).argmax(-1).view(1, 1)
                 step_input = token
                 ids = torch.cat((ids, token), dim=1)

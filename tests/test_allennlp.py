@@ -85,16 +85,16 @@ def tiny_elmo(directory, seed=0):
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(0, 0.5 if "embedding" in name else 0.3)
-        model.bert.embeddings.embedding.weight[0] = 0
+        model.backbone.embeddings.embedding.weight[0] = 0
     directory.mkdir()
     native.write(model, str(directory), WordVocab(list(SPECIALS) + WORDS, lowercase=False, characters=50))
     return model.eval()
 
 
 def our_layers(model, words):
-    chars = torch.tensor([[word_characters(w, model.bert.config.max_characters_per_token) for w in words]])
+    chars = torch.tensor([[word_characters(w, model.backbone.config.max_characters_per_token) for w in words]])
     with torch.no_grad():
-        return [layer[0].numpy() for layer in model.bert(chars)]
+        return [layer[0].numpy() for layer in model.backbone(chars)]
 
 
 def test_export_computes_in_bilm_tf_conventions_what_our_model_computes(tmp_path):
@@ -106,8 +106,8 @@ def test_export_computes_in_bilm_tf_conventions_what_our_model_computes(tmp_path
     vocab = (tmp_path / "allen" / "vocab.txt").read_text().splitlines()
     assert vocab == ["<S>", "</S>", "<UNK>", *WORDS]
     with h5py.File(tmp_path / "allen" / "weights.hdf5", "r") as f:
-        assert {name: tuple(f[name].shape) for name in expected_shapes(model.bert.config, len(vocab))} == \
-            expected_shapes(model.bert.config, len(vocab))
+        assert {name: tuple(f[name].shape) for name in expected_shapes(model.backbone.config, len(vocab))} == \
+            expected_shapes(model.backbone.config, len(vocab))
         theirs = bilm_tf_layers(f, options, SENTENCE)
         # the softmax rows follow vocab.txt: <S>'s row is our xxbos's, "cat"'s our "cat"'s
         assert np.allclose(f["softmax/W"][0], model.softmax.weight[2].detach().numpy())

@@ -83,7 +83,7 @@ def test_regression_overfits_scores(base_model, tmp_path):
                       options=quick(tmp_path / "run"))
     assert result["best"]["score"] > 0.95  # Pearson, a coefficient
     model, task, _ = load_finetuned(str(tmp_path / "run" / "model"))
-    assert model.bert.config.problem_type == "regression"
+    assert model.backbone.config.problem_type == "regression"
 
 
 def test_predict_and_evaluate_through_the_command_line(base_model, tmp_path, capsys, monkeypatch):
@@ -284,7 +284,7 @@ def test_frozen_features_with_a_scalar_mix(base_model, tmp_path):
     model, _, _ = load_finetuned(str(tmp_path / "run" / "model"))
     base = load_pretrained(base_model)
     # The encoder did not move; the mix did.
-    assert all(torch.equal(a, b) for a, b in zip(model.bert.state_dict().values(), base.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.backbone.state_dict().values(), base.state_dict().values()))
     assert not torch.equal(model.mix.weights, torch.zeros_like(model.mix.weights))
 
 

@@ -209,7 +209,7 @@ def test_a_tagger_with_a_crf_learns_what_the_previous_tag_decides(relay, tmp_pat
     model, task, tokenizer = load_finetuned(str(model_dir))
     assert task.crf and model.crf.transitions.abs().sum() > 0
     sentences = task.read(relay["dev"])
-    names = [model.bert.config.id2label[i] for i in range(len(model.bert.config.id2label))]
+    names = [model.backbone.config.id2label[i] for i in range(len(model.backbone.config.id2label))]
     features, _ = task.featurize(sentences, tokenizer, names)
     with torch.no_grad():
         paths = task.predict(model, features)

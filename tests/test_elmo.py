@@ -289,7 +289,7 @@ def test_the_frozen_bilm_runs_once_per_sentence_and_its_kept_layers_are_its_own(
         return {"input_chars": chars, "attention_mask": mask}
 
     calls = []
-    model.bert.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    model.backbone.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
     model.lm_layers(batch([0, 1]))
     model.lm_layers(batch([0, 1]))
     assert calls == [2, 2]  # nothing kept unless fine-tuning asks (inference serves any number of texts)
@@ -298,7 +298,7 @@ def test_the_frozen_bilm_runs_once_per_sentence_and_its_kept_layers_are_its_own(
     first = model.lm_layers(batch([0, 1, 2]))
     again = model.lm_layers(batch([2, 3, 0]))  # other company, other padding: only sentence 3 is new
     assert calls == [3, 1]
-    direct = model.bert(batch([2, 3, 0])["input_chars"], batch([2, 3, 0])["attention_mask"].bool())
+    direct = model.backbone(batch([2, 3, 0])["input_chars"], batch([2, 3, 0])["attention_mask"].bool())
     for kept, fresh in zip(again, direct):
         assert (kept - fresh).abs().max() < 1e-6
     assert torch.equal(first[0][2], again[0][0][:first[0].shape[1]]) and first[0][1, 3:].abs().sum() == 0

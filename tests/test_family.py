@@ -40,7 +40,7 @@ def family_batch(config, seed=0):
 
 def all_logits(model, batch):
     """Our MLM logits at every position (B, T, V)."""
-    out = model.bert(**batch)
+    out = model.backbone(**batch)
     every = torch.arange(batch["input_ids"].numel())
     return model.mlm_logits(out.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
 
@@ -66,9 +66,9 @@ def test_pretraining_exports_match_transformers(tmp_path, family, hf_class, sent
         logits = expected.prediction_logits if sentence else expected.logits
         assert (all_logits(ours, batch) - logits).abs().max() <= 1e-5
         if sentence:
-            pooled = ours.bert(**batch).pooler_output
+            pooled = ours.backbone(**batch).pooler_output
             assert (ours.nsp(pooled) - expected.sop_logits).abs().max() <= 1e-5
-    assert_same_attentions(ours.bert, theirs, batch)
+    assert_same_attentions(ours.backbone, theirs, batch)
 
     # ... and back: a model made by transformers loads here with the same outputs.
     theirs.save_pretrained(tmp_path / "back")
@@ -103,8 +103,8 @@ def test_electra_exports_discriminator_and_generator(tmp_path):
     config = tiny_config(**ELECTRA)
     ours = ElectraPretraining(config).eval()
     randomise(ours)
-    assert ours.generator.bert.embeddings is ours.bert.embeddings  # shared, one set of weights
-    assert ours.generator.bert.config.hidden_size == 8 and ours.generator.bert.config.num_attention_heads == 1
+    assert ours.generator.backbone.embeddings is ours.backbone.embeddings  # shared, one set of weights
+    assert ours.generator.backbone.config.hidden_size == 8 and ours.generator.backbone.config.num_attention_heads == 1
     save_pretrained(ours, str(tmp_path))
     disc, info = transformers.ElectraForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
     assert not any(info.values())
@@ -112,7 +112,7 @@ def test_electra_exports_discriminator_and_generator(tmp_path):
     assert not any(info.values())
     batch = family_batch(config)
     with torch.no_grad():
-        scores = ours.discriminator(ours.bert(**batch).last_hidden_state)
+        scores = ours.discriminator(ours.backbone(**batch).last_hidden_state)
         assert (scores - disc.eval()(**batch).logits).abs().max() <= 1e-5
         assert (all_logits(ours.generator, batch) - gen.eval()(**batch).logits).abs().max() <= 1e-5
     # and back
@@ -120,7 +120,7 @@ def test_electra_exports_discriminator_and_generator(tmp_path):
     gen.save_pretrained(tmp_path / "back" / "generator")
     again = load_pretrained(str(tmp_path / "back"), cls=ElectraPretraining).eval()
     with torch.no_grad():
-        assert torch.equal(again.discriminator(again.bert(**batch).last_hidden_state), scores)
+        assert torch.equal(again.discriminator(again.backbone(**batch).last_hidden_state), scores)
     # fill-mask on the discriminator points to the generator, which has the masked-LM head
     from bertforge.fill_mask import FillMask
 
@@ -176,9 +176,9 @@ def test_span_boundary_head_on_a_hand_example():
     model = BertPretraining(tiny_config(), sentence=None, span_boundary=True).eval()
     with torch.no_grad():
         losses, _ = model(batch)
-        hidden = model.bert(ids, torch.zeros_like(ids), torch.ones_like(ids)).last_hidden_state[0]  # (T, H)
+        hidden = model.backbone(ids, torch.zeros_like(ids), torch.ones_like(ids)).last_hidden_state[0]  # (T, H)
         expected = model.sbo(hidden[[1, 1, 1]], hidden[[5, 5, 5]], torch.arange(3),
-                             model.bert.embeddings.word.weight)
+                             model.backbone.embeddings.word.weight)
     assert abs(losses["sbo"].item() - F.cross_entropy(expected, batch["mlm_targets"], reduction="sum").item()) < 1e-4
 
 
@@ -226,7 +226,7 @@ def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
     assert type(classifier).__name__ == FAMILY_CLASS[config["model_type"]] + "ForSequenceClassification"
     ours, task, _ = load_finetuned(str(directory))
     assert isinstance(ours, SequenceClassifier)
-    batch = family_batch(ours.bert.config)
+    batch = family_batch(ours.backbone.config)
     inputs = {k: v for k, v in batch.items() if k != "token_type_ids" or objective != "modernbert"}
     with torch.no_grad():
         assert (ours.logits(batch) - classifier(**inputs).logits).abs().max() <= 1e-5

@@ -25,7 +25,7 @@ SMALL = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4, resi
 
 
 def all_logits(model, batch):
-    hidden = model.bert(batch["input_ids"], None, batch["attention_mask"], output_hidden_states=True)
+    hidden = model.backbone(batch["input_ids"], None, batch["attention_mask"], output_hidden_states=True)
     every = torch.arange(batch["input_ids"].numel())
     return hidden, model.lm_logits(hidden.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
 
@@ -56,7 +56,7 @@ def test_lm_matches_transformers_both_ways(tmp_path, model_type):
         assert (logits - expected.logits)[real].abs().max() <= 1e-5
     theirs.save_pretrained(tmp_path / "back")
     back = load_pretrained(str(tmp_path / "back"), cls=CausalLMPretraining).eval()
-    assert back.bert.config.pre_norm == (model_type == "gpt2")
+    assert back.backbone.config.pre_norm == (model_type == "gpt2")
     with torch.no_grad():
         assert (all_logits(back, batch)[1] - expected.logits)[real].abs().max() <= 1e-5
     assert isinstance(load_pretrained(str(tmp_path / "back")), GPT)
@@ -91,7 +91,7 @@ def test_token_types_are_embedded_as_tokens_as_in_transformers(model_type):
     theirs.load_state_dict({k.removeprefix("transformer."): v for k, v in to_hf(ours)[0].items()})
     ids, types = torch.randint(5, 99, (2, 10)), torch.randint(5, 99, (2, 10))
     with torch.no_grad():
-        assert (ours.bert(ids, types).last_hidden_state - theirs(ids, token_type_ids=types).last_hidden_state
+        assert (ours.backbone(ids, types).last_hidden_state - theirs(ids, token_type_ids=types).last_hidden_state
                 ).abs().max() <= 1e-5
 
 

@@ -162,8 +162,8 @@ def test_similarity_reads_both_orders_and_adds_them(gpt_model, tmp_path):
         a = task.predict(ours, features)
         b = task.predict(ours, task.featurize(swapped, tokenizer, task.label_names(examples))[0])
         # and not by accident: the order matters to one pass of a left-to-right model
-        one_order = ours.bert(task.collate(features[:1])["input_ids"]).pooler_output
-        other_order = ours.bert(task.collate(features[:1])["swapped_ids"]).pooler_output
+        one_order = ours.backbone(task.collate(features[:1])["input_ids"]).pooler_output
+        other_order = ours.backbone(task.collate(features[:1])["swapped_ids"]).pooler_output
     assert (a - b).abs().max() <= 1e-5
     assert (one_order - other_order).abs().max() > 1e-3  # (200 times the tolerance above)
 

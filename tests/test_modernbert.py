@@ -55,7 +55,7 @@ def test_masked_lm_matches_transformers_both_ways(tmp_path, overrides):
     every = torch.arange(batch["input_ids"].numel())
     with torch.no_grad():
         expected = theirs.eval()(**hf_inputs(batch), output_hidden_states=True)
-        out = ours.bert(**batch, output_hidden_states=True)
+        out = ours.backbone(**batch, output_hidden_states=True)
         assert len(out.hidden_states) == len(expected.hidden_states) == cfg.num_hidden_layers + 1
         for a, b in zip(out.hidden_states, expected.hidden_states):
             assert (a - b)[real(batch)].abs().max() <= 1e-5
@@ -65,7 +65,7 @@ def test_masked_lm_matches_transformers_both_ways(tmp_path, overrides):
     theirs.save_pretrained(tmp_path / "back")
     back = load_pretrained(str(tmp_path / "back"), cls=BertPretraining, sentence=None).eval()
     with torch.no_grad():
-        logits = back.mlm_logits(back.bert(**batch).last_hidden_state, every).view(*batch["input_ids"].shape, -1)
+        logits = back.mlm_logits(back.backbone(**batch).last_hidden_state, every).view(*batch["input_ids"].shape, -1)
         assert (logits - expected.logits)[real(batch)].abs().max() <= 1e-5
     assert isinstance(load_pretrained(str(tmp_path / "back")), ModernBert)  # the encoder alone, by the config
 

@@ -36,7 +36,7 @@ def test_pretraining_export_matches_transformers_bert_for_pretraining(tmp_path):
     batch = random_batch(99)
     with torch.no_grad():
         expected = theirs.eval()(**batch)
-        out = ours.bert(**batch)
+        out = ours.backbone(**batch)
         every_position = torch.arange(batch["input_ids"].numel())
         logits = ours.mlm_logits(out.last_hidden_state, every_position).view(*batch["input_ids"].shape, -1)
         assert (logits - expected.prediction_logits).abs().max() <= 1e-5
@@ -87,7 +87,7 @@ def test_cli_pretrains_a_tiny_bert_that_loads_in_transformers(tmp_path, capsys, 
     with torch.no_grad():
         output = theirs(**batch)
         expected = output.logits if recipe == "small-budget" else output.prediction_logits
-        hidden = ours.bert(**batch).last_hidden_state
+        hidden = ours.backbone(**batch).last_hidden_state
         logits = ours.mlm_logits(hidden, torch.arange(batch["input_ids"].numel())).view_as(expected)
     assert (logits - expected).abs().max() <= 1e-4
 

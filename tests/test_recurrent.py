@@ -227,12 +227,12 @@ def test_target_task_lm_fine_tuning_matches_the_vocabulary(tmp_path):
     model = RecurrentLMPretraining(native.read_config(model_dir).__class__(
         **{**native.read_config(model_dir).to_dict(), "vocab_size": new_vocab.vocab_size}))
     new_words = match_vocabulary(model, model_dir, new_vocab)
-    rows = model.bert.embeddings.weight.detach()
+    rows = model.backbone.embeddings.weight.detach()
     assert new_words == 2  # omega and psi
     for word in ("alpha", "beta", "gamma", "xxmaj"):
         assert torch.equal(rows[new_vocab.index[word]], old["bert.embeddings.weight"][old_vocab.index[word]])
     assert torch.allclose(rows[new_vocab.index["omega"]], old["bert.embeddings.weight"].mean(0))
-    assert torch.equal(model.decoder.weight, model.bert.embeddings.weight)  # still tied
+    assert torch.equal(model.decoder.weight, model.backbone.embeddings.weight)  # still tied
     # through the recipe: discriminative rates and slanted triangular rates by default
     result = run(target, tmp_path / "stage2", 4, init=model_dir)
     saved = json.loads((tmp_path / "stage2" / "run_config.json").read_text())

@@ -88,7 +88,7 @@ def test_options_on_the_command_line_override_the_files(pretrained, tmp_path, ca
     assert mine[0]["mlm_loss"] != first[0]["mlm_loss"]  # another seed: other weights, data and masks
 
 
-@pytest.mark.filterwarnings("ignore:.*no weights for bert.pooler")  # a RoFormer has no pooler
+@pytest.mark.filterwarnings("ignore:.*no weights for backbone.pooler")  # a RoFormer has no pooler
 def test_a_fine_tuning_run_replays_to_the_same_losses_and_weights(pretrained, tmp_path, capsys):
     data = tmp_path / "train.tsv"
     rows = [("alpha beta gamma.", 1), ("delta epsilon.", 0), ("alpha gamma.", 1), ("zeta eta.", 0)] * 4

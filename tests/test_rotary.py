@@ -18,7 +18,7 @@ ROFORMER = dict(model_type="roformer")
 
 
 def all_logits(model, batch):
-    out = model.bert(**batch)
+    out = model.backbone(**batch)
     every = torch.arange(batch["input_ids"].numel())
     return model.mlm_logits(out.last_hidden_state, every).view(*batch["input_ids"].shape, -1)
 
@@ -37,15 +37,15 @@ def test_masked_lm_matches_transformers_both_ways(tmp_path, overrides):
     batch = random_batch(config.vocab_size)
     with torch.no_grad():
         expected = theirs.eval()(**batch, output_hidden_states=True)
-        out = ours.bert(**batch, output_hidden_states=True)
+        out = ours.backbone(**batch, output_hidden_states=True)
         for a, b in zip(out.hidden_states, expected.hidden_states):
             assert (a - b).abs().max() <= 1e-5
         assert (all_logits(ours, batch) - expected.logits).abs().max() <= 1e-5
-    assert_same_attentions(ours.bert, theirs, batch)
+    assert_same_attentions(ours.backbone, theirs, batch)
     # our NSP head survives the round trip through our heads file
     again = load_pretrained(str(tmp_path), cls=BertPretraining, sentence="nsp").eval()
     with torch.no_grad():
-        assert torch.equal(again.nsp(again.bert(**batch).pooler_output), ours.nsp(out.pooler_output))
+        assert torch.equal(again.nsp(again.backbone(**batch).pooler_output), ours.nsp(out.pooler_output))
     # ... and a model made by transformers loads here with the same outputs
     theirs.save_pretrained(tmp_path / "back")
     back = load_pretrained(str(tmp_path / "back"), cls=BertPretraining, sentence=None).eval()
@@ -113,5 +113,5 @@ def test_multiple_choice_saves_the_encoder_for_transformers_and_our_heads_beside
         theirs, info = transformers.RoFormerModel.from_pretrained(tmp_path, output_loading_info=True)
         assert not info["missing_keys"], info
         flat = {k: v.view(-1, 12) for k, v in batch.items()}
-        hidden = ours.bert(**flat).last_hidden_state
+        hidden = ours.backbone(**flat).last_hidden_state
         assert (theirs.eval()(**flat).last_hidden_state - hidden).abs().max() <= 1e-5

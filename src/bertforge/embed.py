@@ -150,7 +150,7 @@ class ELMoEmbedder:
         from .models.elmo import ELMoLanguageModel
 
         model = read_model(directory, config, family_of(config), ELMoLanguageModel, device)
-        return cls(model.bert, load_tokenizer(directory, config), precision=precision)
+        return cls(model.backbone, load_tokenizer(directory, config), precision=precision)
 
     def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
         limit = max_length or self.max_length

@@ -36,7 +36,7 @@ class FillMask:
 
     def encode(self, text: str):
         """The encoding of `text` cut to the model's positions; an error when no `[MASK]` is left in it."""
-        limit = self.model.bert.config.max_length
+        limit = self.model.backbone.config.max_length
         encoding = self.tokenizer.encode(text, max_length=limit)
         if self.tokenizer.mask_id not in encoding.ids:
             whole = self.tokenizer.encode(text)
@@ -53,7 +53,7 @@ class FillMask:
         text with this mask filled)}. The texts run as one batch."""
         check("top_k", top_k, count(1))
         encodings = [self.encode(text) for text in texts]
-        device = self.model.bert.embeddings.word.weight.device
+        device = self.model.backbone.embeddings.word.weight.device
         batch = {k: v.to(device) for k, v in self.tokenizer.pad(encodings).items()}
         rows, positions = [], []
         for row, encoding in enumerate(encodings):
@@ -62,7 +62,7 @@ class FillMask:
                     rows.append(row)
                     positions.append(row * batch["input_ids"].shape[1] + i)
         with torch.no_grad():
-            hidden = self.model.bert(**batch).last_hidden_state  # (B, T, H)
+            hidden = self.model.backbone(**batch).last_hidden_state  # (B, T, H)
             logits = self.model.mlm_logits(hidden, torch.tensor(positions, device=device))  # (M, V)
             probs = logits.float().softmax(-1)
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)

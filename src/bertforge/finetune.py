@@ -154,9 +154,9 @@ def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, tr
     pad_id = tokenizer.pad_id
     collate = lambda f: task.collate(f, pad_id)  # noqa: E731
     if family.input_transforms:
-        add_transform_tokens(net.bert, tokenizer)
+        add_transform_tokens(net.backbone, tokenizer)
         # HF's GPT sequence classifier finds the extract token as the last one that is not padding.
-        net.bert.config.pad_token_id = pad_id
+        net.backbone.config.pad_token_id = pad_id
         if lm_weight:
             net.loss_weights = {"lm": lm_weight}
             collate = lambda f: lm_count(task.collate(f, pad_id))  # noqa: E731
@@ -236,7 +236,7 @@ def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
 
 def label_names_of(model) -> list[str] | None:
     """A fine-tuned classifier's label names in id order (None for regression and other heads)."""
-    config = model.bert.config
+    config = model.backbone.config
     if config.problem_type == "regression" or not config.id2label:
         return None
     return [config.id2label[i] for i in range(len(config.id2label))]

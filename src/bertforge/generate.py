@@ -84,7 +84,7 @@ class Generator:
         new: list[int] = []
         step_input = ids
         for _ in range(max_new_tokens):
-            hidden = self.model.bert(step_input if use_cache else ids, cache=cache).last_hidden_state
+            hidden = self.model.backbone(step_input if use_cache else ids, cache=cache).last_hidden_state
             last = torch.tensor([hidden.shape[1] - 1], device=self.device)
             logits = self.model.lm_logits(hidden[0], last)[0].float()  # (V,)
             if do_sample:

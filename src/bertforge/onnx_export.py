@@ -40,8 +40,8 @@ class Exportable(nn.Module):
             out = self.model(input_ids, token_type_ids, attention_mask)
             return (out.last_hidden_state,) if out.pooler_output is None else (out.last_hidden_state, out.pooler_output)
         if self.kind == "pretraining":
-            out = self.model.bert(input_ids, token_type_ids, attention_mask)
-            logits = self.model.mlm(out.last_hidden_state, self.model.bert.embeddings.word.weight)  # (B, T, V)
+            out = self.model.backbone(input_ids, token_type_ids, attention_mask)
+            logits = self.model.mlm(out.last_hidden_state, self.model.backbone.embeddings.word.weight)  # (B, T, V)
             return (logits,) if self.model.nsp is None else (logits, self.model.nsp(out.pooler_output))
         logits = self.model.logits(batch)
         return tuple(logits) if isinstance(logits, tuple) else (logits,)

@@ -39,7 +39,7 @@ from .training.trainer import TrainOptions, distributed_setup, train
 # softmax, which needs 10 minutes to reach 6.23. The held-out loss is always the full softmax's.
 SAMPLED_WORDS = 2048
 DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
-EMBEDDINGS = "bert.embeddings.weight"  # the AWD-LSTM's word embeddings in its state dict
+EMBEDDINGS = "backbone.embeddings.weight"  # the AWD-LSTM's word embeddings in its state dict
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def match_vocabulary(model: RecurrentLMPretraining, init: str, vocab: WordVocab)
     old = RecurrentLMPretraining(native.read_config(init))
     native.load(old, init)
     state = {k: v for k, v in old.state_dict().items() if k not in (EMBEDDINGS, "decoder.weight", "decoder.bias")}
-    old_rows = old.bert.embeddings.weight.detach()
+    old_rows = old.backbone.embeddings.weight.detach()
     rows = old_rows.mean(0).repeat(vocab.vocab_size, 1)  # (V_new, E)
     bias = old.decoder.bias.detach().mean().repeat(vocab.vocab_size) if old.decoder.bias is not None else None
     known = [(i, old_vocab.index[w]) for i, w in enumerate(vocab.words) if w in old_vocab.index]

@@ -14,8 +14,8 @@ import sys
 
 def model_line(model, members: int = 1) -> str:
     """`model: bert, 2 layers x 128, 4.4M parameters; vocabulary 1,000` for a model (a task model,
-    an encoder or a biLM: whatever has a `config`, itself or in its `bert`); an ensemble says how many."""
-    config = getattr(getattr(model, "bert", model), "config", None) or model.config
+    an encoder or a biLM: whatever has a `config`, itself or in its `backbone`); an ensemble says how many."""
+    config = getattr(getattr(model, "backbone", model), "config", None) or model.config
     from .quantize import Int8Linear
 
     parameters = sum(p.numel() for p in model.parameters()) + sum(  # int8 weights are packed, not parameters

@@ -54,22 +54,25 @@ def _lstm(direction: int, layer: int) -> str:
 
 
 def file_arrays(state: dict[str, torch.Tensor], config: ELMoConfig) -> dict[str, np.ndarray]:
-    """Our state dict (an ELMoLanguageModel's, `bert.` prefixed) -> the file's datasets."""
+    """Our state dict (an ELMoLanguageModel's, `backbone.` prefixed) -> the file's datasets.
+
+    Both maps here use the module's own names, as `state_dict()` and `load_state` see them; the
+    `bert.` of our own files is `native`'s business alone."""
     s = {k: v.detach().cpu().float().numpy() for k, v in state.items()}
     width, cells = sum(n for _, n in config.filters), config.cell_size
-    out = {"char_embed": s["bert.embeddings.embedding.weight"][1:]}
+    out = {"char_embed": s["backbone.embeddings.embedding.weight"][1:]}
     for i in range(len(config.filters)):
-        out[f"CNN/W_cnn_{i}"] = s[f"bert.embeddings.convs.{i}.weight"].transpose(2, 1, 0)[None]
-        out[f"CNN/b_cnn_{i}"] = s[f"bert.embeddings.convs.{i}.bias"]
+        out[f"CNN/W_cnn_{i}"] = s[f"backbone.embeddings.convs.{i}.weight"].transpose(2, 1, 0)[None]
+        out[f"CNN/b_cnn_{i}"] = s[f"backbone.embeddings.convs.{i}.bias"]
     for k in range(config.n_highway):
-        weight, bias = s[f"bert.embeddings.highways.{k}.weight"], s[f"bert.embeddings.highways.{k}.bias"]
+        weight, bias = s[f"backbone.embeddings.highways.{k}.weight"], s[f"backbone.embeddings.highways.{k}.bias"]
         out[f"CNN_high_{k}/W_transform"], out[f"CNN_high_{k}/b_transform"] = weight[:width].T, bias[:width]
         out[f"CNN_high_{k}/W_carry"], out[f"CNN_high_{k}/b_carry"] = -weight[width:].T, -bias[width:]
-    out["CNN_proj/W_proj"] = s["bert.embeddings.projection.weight"].T
-    out["CNN_proj/b_proj"] = s["bert.embeddings.projection.bias"]
+    out["CNN_proj/W_proj"] = s["backbone.embeddings.projection.weight"].T
+    out["CNN_proj/b_proj"] = s["backbone.embeddings.projection.bias"]
     for d, stack in enumerate(("forward_layers", "backward_layers")):
         for layer in range(config.n_layers):
-            ours = f"bert.{stack}.{layer}."
+            ours = f"backbone.{stack}.{layer}."
             packed = np.concatenate([s[ours + "input_linearity.weight"], s[ours + "state_linearity.weight"]], axis=1)
             bias = _swap_gates(s[ours + "state_linearity.bias"], cells)
             bias[2 * cells:3 * cells] -= 1.0
@@ -86,19 +89,19 @@ def state_of(arrays: dict[str, np.ndarray], config: ELMoConfig, rows: list[int] 
     word id of the file's softmax row i; without a softmax in the file, ours predicts nothing (zero
     weights, every word equally likely)."""
     a, cells = arrays, config.cell_size
-    s = {"bert.embeddings.embedding.weight": np.concatenate([np.zeros_like(a["char_embed"][:1]), a["char_embed"]])}
+    s = {"backbone.embeddings.embedding.weight": np.concatenate([np.zeros_like(a["char_embed"][:1]), a["char_embed"]])}
     for i in range(len(config.filters)):
-        s[f"bert.embeddings.convs.{i}.weight"] = a[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)
-        s[f"bert.embeddings.convs.{i}.bias"] = a[f"CNN/b_cnn_{i}"]
+        s[f"backbone.embeddings.convs.{i}.weight"] = a[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0)
+        s[f"backbone.embeddings.convs.{i}.bias"] = a[f"CNN/b_cnn_{i}"]
     for k in range(config.n_highway):
         h = f"CNN_high_{k}/"
-        s[f"bert.embeddings.highways.{k}.weight"] = np.concatenate([a[h + "W_transform"].T, -a[h + "W_carry"].T])
-        s[f"bert.embeddings.highways.{k}.bias"] = np.concatenate([a[h + "b_transform"], -a[h + "b_carry"]])
-    s["bert.embeddings.projection.weight"] = a["CNN_proj/W_proj"].T
-    s["bert.embeddings.projection.bias"] = a["CNN_proj/b_proj"]
+        s[f"backbone.embeddings.highways.{k}.weight"] = np.concatenate([a[h + "W_transform"].T, -a[h + "W_carry"].T])
+        s[f"backbone.embeddings.highways.{k}.bias"] = np.concatenate([a[h + "b_transform"], -a[h + "b_carry"]])
+    s["backbone.embeddings.projection.weight"] = a["CNN_proj/W_proj"].T
+    s["backbone.embeddings.projection.bias"] = a["CNN_proj/b_proj"]
     for d, stack in enumerate(("forward_layers", "backward_layers")):
         for layer in range(config.n_layers):
-            ours, theirs = f"bert.{stack}.{layer}.", _lstm(d, layer)
+            ours, theirs = f"backbone.{stack}.{layer}.", _lstm(d, layer)
             packed = _swap_gates(a[theirs + "/W_0"].T, cells)
             bias = a[theirs + "/B"].copy()
             bias[2 * cells:3 * cells] += 1.0

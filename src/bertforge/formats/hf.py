@@ -388,7 +388,7 @@ def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu"
 
     `cls` is None for the encoder alone (`Bert` or `ModernBert`, as the config says: heads in the
     checkpoint are skipped) or a composite with
-    the encoder at `.bert` and heads named as in `head_keys` (e.g. `BertPretraining`), whose heads
+    the encoder at `.backbone` and heads named as in `head_keys` (e.g. `BertPretraining`), whose heads
     must be in the checkpoint unless `new_heads` allows fresh ones. A checkpoint without a pooler
     (HF's `BertForMaskedLM`, ELECTRA, token-level task models) gets a freshly initialised one,
     with a warning. `options` go to `cls` (e.g. `sentence=None`). `config`: the directory's, when
@@ -409,13 +409,13 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     config = config or read_config(directory)
     tensors, source = read_weights(directory, config.model_type)
     _check_tokenizer(directory, config)
-    body, architecture = (model, "") if isinstance(model, ENCODERS) else (model.bert, model.architecture)
+    body, architecture = (model, "") if isinstance(model, ENCODERS) else (model.backbone, model.architecture)
     state, used = encoder_from_hf(tensors, config, architecture, pooler=body.pooler is not None)
     allowed_missing = {f"pooler.{layer}.{kind}" for layer in ("dense", "norm") for kind in ("weight", "bias")}
     fresh = set()  # new task heads: expected to be missing, so no warning
     if not isinstance(model, ENCODERS):
-        state = {"bert." + k: v for k, v in state.items()}
-        allowed_missing = {"bert." + k for k in allowed_missing}
+        state = {"backbone." + k: v for k, v in state.items()}
+        allowed_missing = {"backbone." + k for k in allowed_missing}
         for name, pairs in head_keys(config.model_type, architecture).items():
             if getattr(model, name, None) is None:
                 continue
@@ -455,10 +455,10 @@ def save_pretrained(model: nn.Module, directory: str, tokenizer=None) -> None:
     takes the place of a good one).
 
     `model` is a `Bert` encoder (saved as `BertModel`, `AlbertModel`, ...) or a composite with an
-    encoder at `.bert`, head modules named as in `head_keys`, and an `architecture` attribute naming
+    encoder at `.backbone`, head modules named as in `head_keys`, and an `architecture` attribute naming
     the HF class; an objective made of several models (ELECTRA) writes each (see `parts`).
     """
-    check_vocab_fits(tokenizer, (model if isinstance(model, ENCODERS) else model.bert).config)
+    check_vocab_fits(tokenizer, (model if isinstance(model, ENCODERS) else model.backbone).config)
     with atomic_directory(directory) as tmp:
         write_parts(model, tmp, tokenizer)
 
@@ -514,7 +514,7 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig | Moder
     if isinstance(model, ENCODERS):
         body, architecture, prefix = model, "BertModel", ""
     else:
-        body, architecture = model.bert, model.architecture
+        body, architecture = model.backbone, model.architecture
         prefix = ENCODER_PREFIX.get(body.config.model_type, body.config.model_type) + "."
     model_type = body.config.model_type
     config = dataclasses.replace(body.config, architectures=[hf_class(model_type, architecture)])

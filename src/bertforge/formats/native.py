@@ -2,9 +2,10 @@
 those whose record says `native`).
 
 The same shape as an HF directory: `config.json` (with its `model_type`), `model.safetensors`
-holding the module's own parameter names, and the vocabulary. A weight tied to another (AWD-LSTM's
-decoder, which is its embedding matrix) is stored once and tied again on loading. Reading goes
-through safetensors only: nothing in a checkpoint can execute code.
+holding the module's own parameter names (but the encoder's under `bert.`, see `FILE_PREFIX`), and
+the vocabulary. A weight tied to another (AWD-LSTM's decoder, which is its embedding matrix) is
+stored once and tied again on loading. Reading goes through safetensors only: nothing in a
+checkpoint can execute code.
 """
 
 from __future__ import annotations
@@ -20,11 +21,25 @@ from ..errors import BertforgeError
 from .tensors import load_state, read_safetensors
 
 WEIGHTS = "model.safetensors"
+# The encoder's attribute was `bert` when this format was defined and is `backbone` now; files keep
+# `bert.`, so that a file written before the rename and one written after are the same bytes and
+# either loads. Here, and only here, do the two names meet.
+FILE_PREFIX, MODULE_PREFIX = "bert.", "backbone."
+
+
+def file_name(name: str) -> str:
+    """A parameter's name in the module -> its name in the file."""
+    return FILE_PREFIX + name.removeprefix(MODULE_PREFIX) if name.startswith(MODULE_PREFIX) else name
+
+
+def module_name(name: str) -> str:
+    """A tensor's name in the file -> the module's name for it."""
+    return MODULE_PREFIX + name.removeprefix(FILE_PREFIX) if name.startswith(FILE_PREFIX) else name
 
 
 def is_native(model: nn.Module) -> bool:
     """Whether `model` (an objective or task model, or a bare encoder) is of a family saved in this format."""
-    config = getattr(getattr(model, "bert", model), "config", None)
+    config = getattr(getattr(model, "backbone", model), "config", None)
     return config is not None and family_of(config).native
 
 
@@ -42,11 +57,11 @@ def write(model: nn.Module, directory: str, tokenizer=None) -> None:
     """Write `model` (an objective or model whose encoder's config is native) into an existing directory."""
     from safetensors.torch import save_file
 
-    config = model.bert.config
+    config = model.backbone.config
     saved = type(config)(**{**config.to_dict(), "architectures": [model.architecture]})
     saved.save(os.path.join(directory, "config.json"))
     tied = _tied(model)
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k not in tied}
+    tensors = {file_name(k): v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k not in tied}
     save_file(tensors, os.path.join(directory, WEIGHTS), metadata={"format": "pt"})
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
@@ -73,22 +88,23 @@ def load(model: nn.Module, directory: str) -> None:
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
-    tensors = read_safetensors(path)
+    stored = read_safetensors(path)
+    tensors = {module_name(k): v for k, v in stored.items()}
     tied = _tied(model)
-    unexpected = [k for k in tensors if k not in model.state_dict()]
+    unexpected = [k for k in stored if module_name(k) not in model.state_dict()]  # named as in the file
     load_state(model, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
 
 
 def load_encoder(model: nn.Module, directory: str) -> None:
-    """Only the encoder's weights (`bert.`) of the model in `directory` into `model.bert`: a new
-    task starts from a language model with a fresh head."""
+    """Only the encoder's weights (`bert.` in the file) of the model in `directory` into
+    `model.backbone`: a new task starts from a language model with a fresh head."""
     check_words(directory, read_config(directory))
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
-    tensors = {k[len("bert."):]: v for k, v in read_safetensors(path).items() if k.startswith("bert.")}
-    unexpected = [k for k in tensors if k not in model.bert.state_dict()]
-    load_state(model.bert, tensors, path, unexpected)
+    tensors = {k.removeprefix(FILE_PREFIX): v for k, v in read_safetensors(path).items() if k.startswith(FILE_PREFIX)}
+    unexpected = [k for k in tensors if k not in model.backbone.state_dict()]
+    load_state(model.backbone, tensors, path, unexpected)
 
 
 def parameter_count(directory: str) -> int:

@@ -50,23 +50,23 @@ class AWDLSTM(nn.Module):
 
 
 class AWDLSTMLanguageModel(nn.Module):
-    """The encoder at `.bert` (the name every family's encoder has here) and a linear decoder whose
+    """The encoder at `.backbone` (the name every family's encoder has here) and a linear decoder whose
     weight is the embedding matrix (`tie_weights`), after locked dropout on the last layer."""
 
     architecture = "AWDLSTMLanguageModel"
 
     def __init__(self, config: AWDLSTMConfig):
         super().__init__()
-        self.bert = AWDLSTM(config)
+        self.backbone = AWDLSTM(config)
         self.output_dropout = LockedDropout(config.output_p)
         self.decoder = nn.Linear(config.emb_sz, config.vocab_size, bias=config.out_bias)
         if config.tie_weights:
-            self.decoder.weight = self.bert.embeddings.weight
+            self.decoder.weight = self.backbone.embeddings.weight
         if config.out_bias:
             nn.init.zeros_(self.decoder.bias)
 
     def forward(self, input_ids: torch.Tensor, state: State | None = None):
         """-> (the last layer's output after dropout (B, T, E): the decoder's input, and AR's; before
         dropout (TAR's); the new state). `decoder(hidden)` gives the logits."""
-        outputs, new_state = self.bert(input_ids, state)
+        outputs, new_state = self.backbone(input_ids, state)
         return self.output_dropout(outputs[-1]), outputs[-1], new_state

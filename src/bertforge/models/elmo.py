@@ -105,13 +105,13 @@ def reverse_order(mask: torch.Tensor) -> torch.Tensor:
 
 
 class ELMoLanguageModel(nn.Module):
-    """The biLM with its softmax: the encoder at `.bert` and one linear softmax over words for both
+    """The biLM with its softmax: the encoder at `.backbone` and one linear softmax over words for both
     directions (ELMo ties the softmax across directions, not to its input, which is characters)."""
 
     architecture = "ELMoLanguageModel"
 
     def __init__(self, config: ELMoConfig):
         super().__init__()
-        self.bert = ELMo(config)
+        self.backbone = ELMo(config)
         self.softmax = nn.Linear(config.projection_dim, config.vocab_size)
         nn.init.zeros_(self.softmax.bias)

@@ -57,7 +57,7 @@ class BertPretraining(nn.Module):
             raise ValueError(f"sentence must be 'nsp', 'sop' or None, got {sentence!r}")
         if sentence is not None and config.model_type == "modernbert":
             raise ValueError("ModernBERT pretrains with masked LM alone (no NSP or SOP head)")
-        self.bert = encoder(config, pooler=sentence is not None)
+        self.backbone = encoder(config, pooler=sentence is not None)
         self.mlm = mlm_head(config)
         self.sentence = sentence
         self.nsp = NSPHead(config.hidden_size) if sentence else None
@@ -71,11 +71,11 @@ class BertPretraining(nn.Module):
     def mlm_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits (M, V) at flat `positions` of `hidden` (B, T, H)."""
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)  # (M, H)
-        return self.mlm(selected, self.bert.embeddings.word.weight)
+        return self.mlm(selected, self.backbone.embeddings.word.weight)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         """Summed losses per term, and the number of correct predictions per term."""
-        out = self.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        out = self.backbone(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         logits = self.mlm_logits(out.last_hidden_state, batch["mlm_positions"])  # (M, V)
         targets = batch["mlm_targets"]
         losses = {"mlm": vocab_cross_entropy(logits, targets)}
@@ -88,7 +88,7 @@ class BertPretraining(nn.Module):
         if self.sbo is not None:
             flat = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])  # (B*T, H)
             sbo_logits = self.sbo(flat.index_select(0, batch["sbo_left"]), flat.index_select(0, batch["sbo_right"]),
-                                  batch["sbo_offsets"], self.bert.embeddings.word.weight)  # (M, V)
+                                  batch["sbo_offsets"], self.backbone.embeddings.word.weight)  # (M, V)
             losses["sbo"] = vocab_cross_entropy(sbo_logits, targets)
             correct["sbo"] = (sbo_logits.argmax(-1) == targets).sum()
         return losses, correct
@@ -102,15 +102,15 @@ class CausalLMPretraining(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.architecture = "GPT2LMHeadModel" if config.pre_norm else "OpenAIGPTLMHeadModel"
-        self.bert = encoder(config)  # the decoder, where the encoder is in the other objectives
+        self.backbone = encoder(config)  # the decoder, where the encoder is in the other objectives
 
     def lm_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits (M, V) at flat `positions` of `hidden` (B, T, H)."""
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)  # (M, H)
-        return F.linear(selected, self.bert.embeddings.word.weight)  # (M, V)
+        return F.linear(selected, self.backbone.embeddings.word.weight)  # (M, V)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
-        out = self.bert(batch["input_ids"], None, batch["attention_mask"])
+        out = self.backbone(batch["input_ids"], None, batch["attention_mask"])
         logits = self.lm_logits(out.last_hidden_state, batch["lm_positions"])  # (M, V)
         targets = batch["lm_targets"]
         return {"lm": vocab_cross_entropy(logits, targets)}, {"lm": (logits.argmax(-1) == targets).sum()}
@@ -176,9 +176,9 @@ class BiLMPretraining(ELMoLanguageModel):
     def _direction(self, name: str, layers, chars, targets, batch) -> tuple[torch.Tensor, torch.Tensor | None]:
         key = (batch["stream"], name)
         state = None if batch["reset"] else self.states.get(key)
-        outputs, state = self.bert.run(layers, self.bert.embeddings(chars), state)
+        outputs, state = self.backbone.run(layers, self.backbone.embeddings(chars), state)
         self.states[key] = [(h.detach(), c.detach()) for h, c in state]
-        top = F.dropout(outputs[-1], self.bert.config.dropout, self.training)
+        top = F.dropout(outputs[-1], self.backbone.config.dropout, self.training)
         hidden, targets = top.reshape(-1, top.shape[-1]), targets.reshape(-1)  # (N, P), (N,)
         if self.training and self.sampled:
             return sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, self.sampled), None
@@ -187,8 +187,8 @@ class BiLMPretraining(ELMoLanguageModel):
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         losses, correct = {}, {}
-        for name, layers, prefix in (("forward", self.bert.forward_layers, ""),
-                                     ("backward", self.bert.backward_layers, "backward_")):
+        for name, layers, prefix in (("forward", self.backbone.forward_layers, ""),
+                                     ("backward", self.backbone.backward_layers, "backward_")):
             losses[name], right = self._direction(name, layers, batch[prefix + "chars"], batch[prefix + "labels"],
                                                   batch)
             if right is not None:
@@ -243,11 +243,11 @@ class ElectraPretraining(nn.Module):
         super().__init__()
         if config.model_type != "electra":
             raise ValueError("ElectraPretraining needs a config with model_type 'electra'")
-        self.bert = encoder(config, pooler=False)
+        self.backbone = encoder(config, pooler=False)
         self.discriminator = DiscriminatorHead(config.hidden_size, config.hidden_act)
         self.discriminator.apply(lambda m: init_weights(m, config.initializer_range))
         self.generator = BertPretraining(generator_config(config, generator_fraction), sentence=None)
-        self.generator.bert.embeddings = self.bert.embeddings  # one module, trained by both
+        self.generator.backbone.embeddings = self.backbone.embeddings  # one module, trained by both
         self.loss_weights = {"rtd": rtd_weight}
 
     def parts(self) -> dict[str, nn.Module]:
@@ -256,7 +256,7 @@ class ElectraPretraining(nn.Module):
     def forward(self, batch: dict) -> tuple[dict, dict]:
         ids, types, mask = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
         positions, targets = batch["mlm_positions"], batch["mlm_targets"]
-        hidden = self.generator.bert(ids, types, mask).last_hidden_state
+        hidden = self.generator.backbone(ids, types, mask).last_hidden_state
         logits = self.generator.mlm_logits(hidden, positions)  # (M, V)
         losses = {"mlm": vocab_cross_entropy(logits, targets)}
         correct = {"mlm": (logits.argmax(-1) == targets).sum()}
@@ -264,7 +264,7 @@ class ElectraPretraining(nn.Module):
         with torch.no_grad():  # no gradient flows through the sampling (as in the paper)
             sampled = torch.multinomial(logits.float().softmax(-1), 1).squeeze(1)  # (M,)
         fake, labels = replaced_tokens(ids, positions, targets, sampled)
-        scores = self.discriminator(self.bert(fake, types, mask).last_hidden_state).float()  # (B, T)
+        scores = self.discriminator(self.backbone(fake, types, mask).last_hidden_state).float()  # (B, T)
         real = mask.bool()
         scores, labels = scores[real], labels[real]  # every real token, [CLS] and [SEP] included
         losses["rtd"] = F.binary_cross_entropy_with_logits(scores, labels, reduction="sum")

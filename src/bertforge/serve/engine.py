@@ -37,13 +37,13 @@ class Engine:
             loaded = load(directory, device, config=config)
             self.model, self.task, self.tokenizer = loaded.model, loaded.task, loaded.tokenizer
             self.names = label_names_of(self.model)
-            self.embedder = Embedder(self.model.bert, self.tokenizer)
+            self.embedder = Embedder(self.model.backbone, self.tokenizer)
         elif has_masked_lm_head(config):
             from ..fill_mask import FillMask
 
             self.fill = FillMask(directory, device, config)
             self.tokenizer = self.fill.tokenizer
-            self.embedder = Embedder(self.fill.model.bert, self.tokenizer)
+            self.embedder = Embedder(self.fill.model.backbone, self.tokenizer)
         else:
             self.embedder = Embedder.load(directory, config, device)
             self.tokenizer = self.embedder.tokenizer

@@ -152,7 +152,7 @@ class ChoiceScorer(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.bert = encoder(config)
+        self.backbone = encoder(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.classifier = ClassifierHead(config.hidden_size, 1, dropout)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
@@ -163,8 +163,8 @@ class ChoiceScorer(nn.Module):
     def _logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Scores (B, C) and the encoder's last hidden states (B * C, T, H)."""
         B, C, T = batch["input_ids"].shape
-        out = self.bert(batch["input_ids"].view(B * C, T), token_types(self.bert, batch["token_type_ids"].view(B * C, T)),
-                        batch["attention_mask"].view(B * C, T))
+        types = token_types(self.backbone, batch["token_type_ids"].view(B * C, T))
+        out = self.backbone(batch["input_ids"].view(B * C, T), types, batch["attention_mask"].view(B * C, T))
         return self.classifier(out.pooler_output).view(B, C), out.last_hidden_state  # (B, C)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:

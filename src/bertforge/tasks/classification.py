@@ -219,7 +219,7 @@ class SequenceClassifier(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.bert = encoder(config)
+        self.backbone = encoder(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.regression = config.problem_type == "regression"
         self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout,
@@ -228,25 +228,25 @@ class SequenceClassifier(nn.Module):
         self.mix = None
         if (config.bertforge_task or {}).get("features") == "scalar-mix":
             self.mix = ScalarMix(config.num_hidden_layers + 1)
-            self.bert.requires_grad_(False)
+            self.backbone.requires_grad_(False)
 
     def logits(self, batch: dict) -> torch.Tensor:
         return self._logits(batch)[0]
 
     def _logits(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The logits and the encoder's last hidden states (B, T, H)."""
-        types = token_types(self.bert, batch["token_type_ids"])
+        types = token_types(self.backbone, batch["token_type_ids"])
         if self.mix is None:
-            out = self.bert(batch["input_ids"], types, batch["attention_mask"])
+            out = self.backbone(batch["input_ids"], types, batch["attention_mask"])
             pooled = out.pooler_output  # (B, H)
             if "swapped_ids" in batch:
-                pooled = pooled + self.bert(batch["swapped_ids"], None, batch["swapped_mask"]).pooler_output
+                pooled = pooled + self.backbone(batch["swapped_ids"], None, batch["swapped_mask"]).pooler_output
             logits, hidden = self.classifier(pooled), out.last_hidden_state  # (B, labels)
         else:
             with torch.no_grad():  # frozen features
-                self.bert.eval()
-                states = self.bert(batch["input_ids"], types, batch["attention_mask"],
-                                   output_hidden_states=True).hidden_states
+                self.backbone.eval()
+                states = self.backbone(batch["input_ids"], types, batch["attention_mask"],
+                                       output_hidden_states=True).hidden_states
             mask = batch["attention_mask"].unsqueeze(-1).to(states[0].dtype)
             mixed = self.mix(states)  # (B, T, H)
             logits, hidden = self.classifier((mixed * mask).sum(1) / mask.sum(1)), states[-1]
@@ -274,7 +274,7 @@ class RecurrentClassifier(nn.Module):
         from ..models.heads import PoolingClassifierHead
         from ..models.awd_lstm import AWDLSTM
 
-        self.bert = AWDLSTM(config)
+        self.backbone = AWDLSTM(config)
         self.regression = config.problem_type == "regression"
         first = config.output_p if config.classifier_dropout is None else config.classifier_dropout
         self.classifier = PoolingClassifierHead([3 * config.emb_sz, 50, 1 if self.regression else config.num_labels],
@@ -282,12 +282,12 @@ class RecurrentClassifier(nn.Module):
 
     def logits(self, batch: dict) -> torch.Tensor:
         ids, lengths = batch["input_ids"], batch["attention_mask"].sum(1)
-        if self.bert.config.backwards:  # row b: its real words reversed, then its padding
+        if self.backbone.config.backwards:  # row b: its real words reversed, then its padding
             steps = torch.arange(ids.shape[1], device=ids.device)[None, :]
             ids = ids.gather(1, torch.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps))
         outputs, state = [], None
         for start in range(0, ids.shape[1], self.CHUNK):
-            layers, state = self.bert(ids[:, start:start + self.CHUNK], state)
+            layers, state = self.backbone(ids[:, start:start + self.CHUNK], state)
             outputs.append(layers[-1])  # (B, chunk, H)
         logits = self.classifier(concat_pool(torch.cat(outputs, 1), lengths))
         return logits.squeeze(-1) if self.regression else logits

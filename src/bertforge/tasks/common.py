@@ -329,7 +329,7 @@ def inference_batches(model, task, features: list, batch_size: int) -> Iterator[
     """(feature indices, batch on the model's device), in batches of similar length."""
     device = next(model.parameters()).device
     for rows in in_length_order(features, batch_size, task.length):
-        yield rows, to_device(task.collate([features[i] for i in rows], model.bert.config.pad_token_id), device)
+        yield rows, to_device(task.collate([features[i] for i in rows], model.backbone.config.pad_token_id), device)
 
 
 def token_types(model, types: torch.Tensor) -> torch.Tensor | None:
@@ -346,7 +346,7 @@ def auxiliary_lm(model, hidden: torch.Tensor, batch: dict) -> dict:
         return {}
     shape = hidden.shape[:2]
     return {"lm": next_token_loss(hidden, batch["input_ids"].reshape(shape), batch["attention_mask"].reshape(shape),
-                                  model.bert.embeddings.word.weight)}
+                                  model.backbone.embeddings.word.weight)}
 
 
 def lm_count(batch: dict) -> dict:

@@ -26,19 +26,19 @@ CACHE_BYTES = 2**30  # what fine-tuning keeps of the frozen biLM's outputs (keys
 
 
 class OverFrozenLM(nn.Module):
-    """A task model over a frozen biLM (at `.bert`, where every family's encoder is) with word
+    """A task model over a frozen biLM (at `.backbone`, where every family's encoder is) with word
     embeddings of its own and dropout."""
 
     def __init__(self, config):
         super().__init__()
-        self.bert = ELMo(config)
-        self.bert.requires_grad_(False)
+        self.backbone = ELMo(config)
+        self.backbone.requires_grad_(False)
         self.words = nn.Embedding(config.vocab_size, WORD_DIM, padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(MIX_DROPOUT)
 
     def train(self, mode: bool = True):
         super().train(mode)
-        self.bert.eval()  # frozen: no dropout inside the biLM either
+        self.backbone.eval()  # frozen: no dropout inside the biLM either
         return self
 
     def keep_lm_layers(self) -> None:
@@ -55,7 +55,7 @@ class OverFrozenLM(nn.Module):
         cache = self.__dict__.get("lm_cache")
         if cache is None:
             with torch.no_grad():
-                return self.bert(chars, mask)
+                return self.backbone(chars, mask)
         lengths = mask.sum(1).tolist()
         on_host = chars.cpu().numpy()  # one copy from the device, not one per sentence
         keys = [on_host[i, :n].tobytes() for i, n in enumerate(lengths)]
@@ -64,7 +64,7 @@ class OverFrozenLM(nn.Module):
         if new:
             longest = max(lengths[i] for i in new)
             with torch.no_grad():
-                layers = self.bert(chars[new, :longest], mask[new, :longest])
+                layers = self.backbone(chars[new, :longest], mask[new, :longest])
             for j, i in enumerate(new):
                 rows[i] = [layer[j, :lengths[i]] for layer in layers]
                 size = len(keys[i]) + sum(r.numel() * r.element_size() for r in rows[i])

@@ -328,7 +328,7 @@ class QuestionAnswerer(nn.Module):
         super().__init__()
         # ModernBERT's QA class puts its dense -> act -> LayerNorm head on every token first.
         modern = config.token_head
-        self.bert = encoder(config, pooler=not modern)
+        self.backbone = encoder(config, pooler=not modern)
         self.transform = Head(config) if modern else None
         # BERT's QA class has no dropout before its output layer; ModernBERT's has its classifier's
         self.qa = ClassifierHead(config.hidden_size, 2, dropout=config.classifier_dropout if modern else 0.0)
@@ -339,8 +339,8 @@ class QuestionAnswerer(nn.Module):
 
     def _logits(self, batch: dict):
         """The logits and the encoder's last hidden states (B, T, H)."""
-        hidden = self.bert(batch["input_ids"], token_types(self.bert, batch["token_type_ids"]),
-                           batch["attention_mask"]).last_hidden_state
+        hidden = self.backbone(batch["input_ids"], token_types(self.backbone, batch["token_type_ids"]),
+                               batch["attention_mask"]).last_hidden_state
         states = hidden
         if self.transform is not None:
             hidden = self.transform(hidden)

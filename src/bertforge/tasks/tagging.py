@@ -319,7 +319,7 @@ class TokenClassifier(nn.Module):
         super().__init__()
         # ModernBERT's token classes put its dense -> act -> LayerNorm head on every token first.
         modern = config.token_head
-        self.bert = encoder(config, pooler=not modern)
+        self.backbone = encoder(config, pooler=not modern)
         self.transform = Head(config) if modern else None
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.classifier = ClassifierHead(config.hidden_size, config.num_labels, dropout)
@@ -330,8 +330,8 @@ class TokenClassifier(nn.Module):
 
     def _logits(self, batch: dict):
         """The logits and the encoder's last hidden states (B, T, H)."""
-        hidden = self.bert(batch["input_ids"], token_types(self.bert, batch["token_type_ids"]),
-                           batch["attention_mask"]).last_hidden_state
+        hidden = self.backbone(batch["input_ids"], token_types(self.backbone, batch["token_type_ids"]),
+                               batch["attention_mask"]).last_hidden_state
         states = hidden
         if self.transform is not None:
             hidden = self.transform(hidden)

@@ -100,7 +100,7 @@ def restore_checkpoint(model, optimizer, directory: str, device, scaler):
         raise BertforgeError(f"{directory}: no checkpoint to resume from")
     latest = found[-1]
     saved = read_config(latest).to_dict()
-    asked = model.bert.config.to_dict()
+    asked = model.backbone.config.to_dict()
     differ = [f"{k}={saved[k]} there, {asked[k]} asked" for k in asked if k != "architectures" and asked[k] != saved[k]]
     if differ:
         raise BertforgeError(f"{latest}: the checkpoint is of a different model ({'; '.join(differ)})")

@@ -66,7 +66,7 @@ def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "line
 
 def layer_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0,
                  unfreeze_every: int | None = None) -> list[dict]:
-    """Parameter groups by depth for fine-tuning a model with an encoder at `.bert`.
+    """Parameter groups by depth for fine-tuning a model with an encoder at `.backbone`.
 
     Depth 0 is the embeddings, 1..L the layers, L+1 the pooler and the task head. Each group's
     learning rate is scaled by `layer_decay ** (L + 1 - depth)`: 0.9-0.95 is the usual layer-wise
@@ -74,7 +74,7 @@ def layer_groups(model: nn.Module, weight_decay: float, layer_decay: float = 1.0
     frozen and thaw top down, one depth every that many steps (ULMFiT's gradual unfreezing).
     The trainer applies `lr_scale` and `unfreeze_at` to each group at every step.
     """
-    encoder = model.bert
+    encoder = model.backbone
     top = len(encoder.layers) + 1
     depth_of = {}
     for p in encoder.embeddings.parameters():

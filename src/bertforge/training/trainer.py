@@ -212,7 +212,7 @@ def _start(model, data, o: TrainOptions, tokenizer, evaluator, resume: bool, run
     if not o.steps and not o.max_minutes:
         raise BertforgeError("give a budget: a number of steps, a number of minutes, or both")
     rank, world, device = distributed_setup()
-    check_vocab_fits(tokenizer, model.bert.config)
+    check_vocab_fits(tokenizer, model.backbone.config)
     if device.type == "cpu":
         reuse_freed_memory()
     torch.manual_seed(o.seed)
@@ -683,7 +683,7 @@ def distributed_setup():
 def header(model, run_config: dict, o: TrainOptions, device, precision: str, world: int) -> str:
     """What a run is about to do, in a few lines: the model and its size, where and in what
     precision, the data (and what is held out), the vocabulary, the budget and rate, the output."""
-    config = model.bert.config
+    config = model.backbone.config
     parameters = sum(p.numel() for p in model.parameters())
     lines = [f"model: {config.model_type}, {config.num_hidden_layers} layers x {config.hidden_size}, "
              f"{parameters / 1e6:.1f}M parameters with its heads; vocabulary {config.vocab_size:,}",
