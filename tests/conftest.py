@@ -243,3 +243,5 @@ def models(tmp_path_factory):
 
 # HF's class-name prefix for GPT in GPT-1's layer order (model_type openai-gpt) and GPT-2's (gpt2)
 GPT_ORDERS = {"openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
+# ... and GPT-2's order with rotary positions (gpt_neox)
+GPT_CLASSES = {**GPT_ORDERS, "gpt_neox": "GPTNeoX"}

@@ -87,7 +87,7 @@ def test_a_minutes_budget_is_planned_again_from_the_real_pace():
 
 def test_rotary_positions_need_a_family_that_has_them(tmp_path):
     write_corpus(tmp_path / "corpus")
-    with pytest.raises(BertforgeError, match="rotary positions need --objective bert, span or modernbert"):
+    with pytest.raises(BertforgeError, match="rotary positions need --objective bert, span, modernbert or gpt"):
         pretrain(str(tmp_path / "corpus"), str(tmp_path / "run"), objective="roberta", positions="rotary",
                  options=TrainOptions(out=str(tmp_path / "run"), steps=1))
     with pytest.raises(BertforgeError, match="ModernBERT's positions are rotary"):

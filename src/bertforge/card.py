@@ -14,7 +14,8 @@ AUTO_CLASS = {"ForSequenceClassification": "AutoModelForSequenceClassification",
               "ForTokenClassification": "AutoModelForTokenClassification",
               "ForQuestionAnswering": "AutoModelForQuestionAnswering",
               "ForMultipleChoice": "AutoModelForMultipleChoice", "ForMaskedLM": "AutoModelForMaskedLM",
-              "LMHeadModel": "AutoModelForCausalLM", "ForPreTraining": "AutoModelForPreTraining"}
+              "LMHeadModel": "AutoModelForCausalLM", "ForCausalLM": "AutoModelForCausalLM",
+              "ForPreTraining": "AutoModelForPreTraining"}
 
 
 def write_card(model_dir: str, run_config: dict, metrics: dict | None, step: int) -> None:

@@ -47,7 +47,8 @@ def _add_model(pre) -> None:
                           "measured best for CPU budgets) or bert-2018 (the BERT paper's, exactly)")
     pre.add_argument("--positions", choices=["rotary", "absolute"],
                      help="rotary: RoFormer (saved as RoFormerForMaskedLM; objectives bert and span; ModernBERT's "
-                          "always); absolute: BERT's learned position table (default: the recipe's)")
+                          "always), or for gpt GPT-2's layer order with rotary positions (saved as "
+                          "GPTNeoXForCausalLM); absolute: the learned position table (default: the recipe's)")
     pre.add_argument("--layer-norm", choices=["pre", "post"],
                      help="gpt: where each block's LayerNorms sit: post (GPT-1's, saved as openai-gpt) or pre "
                           "(GPT-2's, with one after the last block, saved as gpt2), which trains in minutes where "

@@ -1,5 +1,6 @@
 """Hugging Face format: the key maps between our parameter names and HF's for BERT, ALBERT, RoBERTa,
-ELECTRA, RoFormer, ModernBERT and GPT-1, and checkpoint I/O.
+ELECTRA, RoFormer, ModernBERT and GPT-1 (also as GPT-2 and, with rotary positions, GPT-NeoX), and
+checkpoint I/O.
 
 A checkpoint directory holds `config.json`, `model.safetensors` and the tokenizer files, exactly as
 `transformers` writes them, so that models move both ways. Weights are read with safetensors (or,
@@ -20,7 +21,7 @@ from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig
 from ..families import load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
-from ..models.bert import rotary_tables
+from ..models.rotary import rotary_tables
 from . import native
 from .tensors import load_state, read_safetensors
 
@@ -28,7 +29,8 @@ from .tensors import load_state, read_safetensors
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
 # prefix (`bert.`, `albert.`, ...) and their heads beside it.
 FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra", "roformer": "RoFormer",
-                "modernbert": "ModernBert", "openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
+                "modernbert": "ModernBert", "openai-gpt": "OpenAIGPT", "gpt2": "GPT2",
+                "gpt_neox": "GPTNeoX"}
 # The attribute holding the encoder in HF's task classes: the model_type, except in these.
 ENCODER_PREFIX = {"modernbert": "model", "openai-gpt": "transformer", "gpt2": "transformer"}
 
@@ -102,7 +104,10 @@ NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM", "OpenAIGPTForM
                  "OpenAIGPTForTokenClassification": "OpenAIGPTModel", "OpenAIGPTForQuestionAnswering": "OpenAIGPTModel",
                  "RoFormerForMultipleChoice": "RoFormerModel", "GPT2ForMultipleChoice": "GPT2DoubleHeadsModel",
                  # HF's GPT-2 tagger and span extractor exist, but as heads unlike ours: the same as GPT-1's
-                 "GPT2ForTokenClassification": "GPT2Model", "GPT2ForQuestionAnswering": "GPT2Model"}
+                 "GPT2ForTokenClassification": "GPT2Model", "GPT2ForQuestionAnswering": "GPT2Model",
+                 # GPT-NeoX has no multiple-choice class: its decoder, our head beside it
+                 "GPTNeoXForMultipleChoice": "GPTNeoXModel", "GPTNeoXForTokenClassification": "GPTNeoXModel",
+                 "GPTNeoXForQuestionAnswering": "GPTNeoXModel"}
 
 # ModernBERT and GPT-1: our names -> HF's, by prefix (their fused QKV projections are ours as they
 # are). Which biases exist depends on the config, so the pairs are made from the model's own
@@ -134,6 +139,21 @@ RENAMES["openai-gpt"] = [
 # the embeddings, and the LayerNorm after the last block.
 RENAMES["gpt2"] = [("embeddings.word.", "wte."), ("embeddings.position.", "wpe."),
                    *RENAMES["openai-gpt"][2:], ("final_norm.", "ln_f.")]
+# GPT-2's order with rotary positions: GPT-NeoX's names (its `input_layernorm` is before attention,
+# `post_attention_layernorm` before the FFN); no position table.
+RENAMES["gpt_neox"] = [
+    ("embeddings.word.", "embed_in."),
+    ("layers.{}.attention.qkv.", "layers.{}.attention.query_key_value."),
+    ("layers.{}.attention.out.", "layers.{}.attention.dense."),
+    ("layers.{}.attention_norm.", "layers.{}.input_layernorm."),
+    ("layers.{}.ffn_in.", "layers.{}.mlp.dense_h_to_4h."),
+    ("layers.{}.ffn_out.", "layers.{}.mlp.dense_4h_to_h."),
+    ("layers.{}.ffn_norm.", "layers.{}.post_attention_layernorm."),
+    ("final_norm.", "final_layer_norm."),
+]
+# Exception: GPT-NeoX's fused projection holds each head's query, key and value together (rows
+# (N, 3, D)); ours holds all queries, then all keys, then all values (rows (3, N, D)).
+NEOX_QKV = (".attention.query_key_value.weight", ".attention.query_key_value.bias")
 # Exception: GPT-1's linear layers are OpenAI's `Conv1D`, whose weight is stored (in, out), the
 # transpose of `nn.Linear`'s.
 CONV1D_WEIGHTS = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
@@ -152,7 +172,7 @@ def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[s
     if model_type in GPT_TYPES:  # the LM head is the token embeddings
         if architecture.endswith("ForSequenceClassification"):
             return {"classifier": [("dense.weight", "score.weight")]}  # no bias
-        if architecture.endswith("ForMultipleChoice"):
+        if architecture.endswith("ForMultipleChoice") and model_type != "gpt_neox":
             return {"classifier": _linear("dense", "multiple_choice_head.summary")}
         return {"classifier": _linear("dense", "bertforge_classifier"), "qa": _linear("dense", "bertforge_qa"),
                 "crf": CRF_KEYS}
@@ -214,15 +234,18 @@ EXTRA_FILE = "bertforge_heads.safetensors"
 LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
 # Exception 3: buffers or tied copies HF may store that carry no weights of their own.
 DERIVED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.predictions.decoder.bias",
-                "predictions.decoder.bias", "lm_head.decoder.bias", ROTARY_TABLE)
-# ... and per layer: GPT-1's causal-mask buffers, which older `transformers` versions saved.
-DERIVED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
+                "predictions.decoder.bias", "lm_head.decoder.bias", ROTARY_TABLE, "rotary_emb.inv_freq")
+# ... and per layer: GPT-1's and GPT-NeoX's causal-mask buffers and GPT-NeoX's rotary frequencies,
+# which older `transformers` versions saved.
+DERIVED_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias",
+                    ".rotary_emb.inv_freq")
 # Decoders tied to the word embeddings: must equal them when present.
 TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
-                 "generator_lm_head.weight", "decoder.weight", "lm_head.weight")
+                 "generator_lm_head.weight", "decoder.weight", "lm_head.weight",
+                 "embed_out.weight")  # GPT-NeoX's LM head before transformers 5
 # The word-embedding matrix, by family (BERT's name for every family not listed).
 WORD_EMBEDDINGS = {"modernbert": "embeddings.tok_embeddings.weight", "openai-gpt": "tokens_embed.weight",
-                   "gpt2": "wte.weight"}
+                   "gpt2": "wte.weight", "gpt_neox": "embed_in.weight"}
 BERT_WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
@@ -279,7 +302,8 @@ def _qkv_names(config: BertConfig | ModernBertConfig | GPTConfig):
 def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
     """Our encoder's state dict -> HF names (pooler-less classes drop the pooler)."""
     pooler = "pooler.dense.weight" in state
-    out = {theirs: _conv1d(theirs, state[ours]) for ours, theirs in encoder_key_map(config, architecture, pooler)}
+    out = {theirs: _layout(theirs, state[ours], config, to_hf=True)
+           for ours, theirs in encoder_key_map(config, architecture, pooler)}
     for ours, names in _qkv_names(config):
         out.update(zip(names, state[ours].chunk(3, dim=0)))
     return out
@@ -295,7 +319,7 @@ def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, archit
     state, used = {}, set()
     for ours, theirs in encoder_key_map(config, architecture, pooler):
         if theirs in tensors:
-            state[ours] = _conv1d(theirs, tensors[theirs])
+            state[ours] = _layout(theirs, tensors[theirs], config, to_hf=False)
             used.add(theirs)
     for ours, names in _qkv_names(config):
         if all(n in tensors for n in names):
@@ -304,9 +328,17 @@ def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, archit
     return state, used
 
 
-def _conv1d(name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """GPT-1's Conv1D weights are nn.Linear's transposed (the same both ways)."""
-    return tensor.t() if name.endswith(CONV1D_WEIGHTS) else tensor
+def _layout(name: str, tensor: torch.Tensor, config, to_hf: bool) -> torch.Tensor:
+    """HF's tensor `name` from ours (`to_hf`) or ours from it, where the layouts differ: GPT-1's
+    Conv1D weights are nn.Linear's transposed (the same both ways); GPT-NeoX's fused QKV rows are
+    grouped by head (see `NEOX_QKV`)."""
+    if name.endswith(CONV1D_WEIGHTS):
+        return tensor.t()
+    if name.endswith(NEOX_QKV):
+        heads = config.num_attention_heads
+        grouped = (3, heads) if to_hf else (heads, 3)  # the row order of the tensor given
+        return tensor.unflatten(0, (*grouped, -1)).transpose(0, 1).reshape(tensor.shape)
+    return tensor
 
 
 # ---- reading -------------------------------------------------------------------------------------

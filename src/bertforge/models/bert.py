@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import BertConfig
+from .rotary import rotary_tables, rotate
 
 
 def activation(name: str):
@@ -146,24 +147,6 @@ def varlen_attention(q, k, v, packed: Packed, dropout_p: float) -> torch.Tensor 
         return None
     # T bounds the longest row: reading the true longest would cost another host sync
     return varlen_attn(q, k, v, packed.offsets, packed.offsets, packed.length, packed.length)
-
-
-def rotary_tables(positions: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (..., D) of RoFormer's angles at `positions` (...): pair i of a head (dimensions
-    2i and 2i+1) turns by position * 10000^(-2i/D). Computed in float64 on the CPU, as HF's
-    sinusoidal table is, then kept in float32."""
-    i = torch.arange(0, head_size, 2, dtype=torch.float64)
-    angles = positions.to("cpu", torch.float64)[..., None] * 10000.0 ** (-i / head_size)  # (..., D/2)
-    angles = angles.repeat_interleave(2, dim=-1)  # (..., D): each angle for both members of its pair
-    return angles.cos().to(positions.device, torch.float32), angles.sin().to(positions.device, torch.float32)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Turn each pair (x_2i, x_2i+1) of the last dimension of `x` by its angle; `cos` and `sin`
-    broadcast against it. Computed in x's precision (bf16 stays bf16)."""
-    pairs = x.unflatten(-1, (-1, 2))  # (..., D/2, 2)
-    turned = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)  # (-x_2i+1, x_2i)
-    return x * cos.to(x.dtype) + turned * sin.to(x.dtype)
 
 
 class Embeddings(nn.Module):

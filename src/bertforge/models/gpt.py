@@ -12,6 +12,11 @@ a LayerNorm after the last block. The residual stream then carries each token's 
 to the top, where in GPT-1's order each block's output is renormalised: measured here, GPT-1's order
 stays on the unigram plateau about twice as many steps (or all of a small run's), GPT-2's leaves it sooner.
 
+Rotary positions (`config.positions`, HF's "gpt_neox"): GPT-2's order without the position table;
+each attention turns its queries and keys by their positions instead (`models.rotary`, in
+GPT-NeoX's layout: dimension i pairs with i + D/2), so that scores depend on the distance between
+tokens from the first step on. Keys are cached turned, as HF caches them.
+
 For generation the attention keeps each layer's keys and values (`Cache`), so that a new token
 costs one position, not the whole prefix.
 
@@ -25,6 +30,7 @@ from torch import nn
 
 from ..config import GPTConfig
 from .bert import Dropout, EncoderOutput, activation, attend, init_weights
+from .rotary import rotary_halves, rotate_part
 
 
 class Cache:
@@ -43,11 +49,14 @@ class Embeddings(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.word = nn.Embedding(config.vocab_size, config.n_embd)
-        self.position = nn.Embedding(config.n_positions, config.n_embd)
+        # rotary positions: no table; positions enter each attention as rotations
+        self.position = nn.Embedding(config.n_positions, config.n_embd) if config.positions == "absolute" else None
         self.dropout = Dropout(config.embd_pdrop)
 
     def forward(self, input_ids, position_ids, token_type_ids=None):
-        x = self.word(input_ids) + self.position(position_ids)  # (B, T, H)
+        x = self.word(input_ids)  # (B, T, H)
+        if self.position is not None:
+            x = x + self.position(position_ids)
         if token_type_ids is not None:  # HF's convention: types are tokens of the vocabulary
             x = x + self.word(token_type_ids)
         return self.dropout(x)
@@ -61,9 +70,12 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(config.n_embd, config.n_embd)
         self.dropout_p = config.attn_pdrop
 
-    def forward(self, x, mask, layer: int, cache: Cache | None):
+    def forward(self, x, mask, layer: int, cache: Cache | None, rotary=None):
+        """`rotary`: cos and sin (B, 1, T, D') of the new positions, for rotary positions."""
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)  # (B, N, T, D)
+        if rotary is not None:
+            q, k = rotate_part(q, *rotary), rotate_part(k, *rotary)
         if cache is not None:
             if layer < len(cache.keys):  # earlier positions first
                 k = torch.cat((cache.keys[layer], k), dim=2)  # (B, N, P + T, D)
@@ -91,11 +103,11 @@ class Block(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.dropout = Dropout(config.resid_pdrop)
 
-    def forward(self, x, mask, layer, cache):
+    def forward(self, x, mask, layer, cache, rotary=None):
         if self.pre_norm:  # GPT-2
-            x = x + self.dropout(self.attention(self.attention_norm(x), mask, layer, cache))
+            x = x + self.dropout(self.attention(self.attention_norm(x), mask, layer, cache, rotary))
             return x + self.dropout(self.ffn_out(self.act(self.ffn_in(self.ffn_norm(x)))))
-        x = self.attention_norm(x + self.dropout(self.attention(x, mask, layer, cache)))  # (B, T, H)
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask, layer, cache, rotary)))  # (B, T, H)
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))  # (B, T, H)
 
 
@@ -149,9 +161,13 @@ class GPT(nn.Module):
             if padded:
                 mask = mask & attention_mask.bool()[:, None, None, :]  # (B, 1, T, P + T)
         x = self.embeddings(input_ids, position_ids, token_type_ids)  # (B, T, H)
+        rotary = None
+        if self.config.positions == "rotary":  # (B, 1, T, D'): broadcast over the heads of (B, N, T, D)
+            rotary = rotary_halves(position_ids.expand(B, T)[:, None], self.config.rotary_dims,
+                                   self.config.rotary_emb_base)
         states = [x] if output_hidden_states else None
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, i, cache)
+            x = layer(x, mask, i, cache, rotary)
             if states is not None:
                 states.append(x)
         if self.final_norm is not None:

@@ -21,22 +21,7 @@ from torch import nn
 
 from ..config import ModernBertConfig
 from .bert import Dropout, EncoderOutput, activation, attend
-
-
-def rotary_halves(positions: torch.Tensor, head_size: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (..., D) at `positions` (...) in ModernBERT's (and LLaMA's) layout: dimension i
-    pairs with i + D/2, turning by position * theta^(-2i/D). Float32, as HF computes them."""
-    inverse = 1.0 / theta ** (torch.arange(0, head_size, 2, dtype=torch.float32, device=positions.device) / head_size)
-    angles = positions.float()[..., None] * inverse  # (..., D/2)
-    angles = torch.cat((angles, angles), dim=-1)  # (..., D)
-    return angles.cos(), angles.sin()
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Turn each pair (x_i, x_i+D/2) of the last dimension of `x` by its angle; in fp32, as HF does."""
-    first, second = x.float().chunk(2, dim=-1)
-    turned = torch.cat((-second, first), dim=-1)
-    return (x.float() * cos + turned * sin).to(x.dtype)
+from .rotary import rotary_halves, rotate_halves
 
 
 class Embeddings(nn.Module):
@@ -62,7 +47,7 @@ class SelfAttention(nn.Module):
     def forward(self, x, mask, rotary):
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, H // self.num_heads)  # (B, T, 3, N, D)
-        q, k = rotate(qkv[:, :, :2], *rotary).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
+        q, k = rotate_halves(qkv[:, :, :2], *rotary).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
         v = qkv[:, :, 2].transpose(1, 2)  # (B, N, T, D)
         y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, N, T, D)
         return self.out_dropout(self.out(y.transpose(1, 2).reshape(B, T, H)))  # (B, T, H)

@@ -97,11 +97,13 @@ class BertPretraining(nn.Module):
 class CausalLMPretraining(nn.Module):
     """GPT-1's objective: predict every next token from those before it, through the LM head tied
     to the token embeddings (no bias, as OpenAI's). Saved as HF `OpenAIGPTLMHeadModel` (GPT-2's
-    layer order: `GPT2LMHeadModel`)."""
+    layer order: `GPT2LMHeadModel`; rotary positions: `GPTNeoXForCausalLM`)."""
+
+    ARCHITECTURES = {"openai-gpt": "OpenAIGPTLMHeadModel", "gpt2": "GPT2LMHeadModel", "gpt_neox": "GPTNeoXForCausalLM"}
 
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.architecture = "GPT2LMHeadModel" if config.pre_norm else "OpenAIGPTLMHeadModel"
+        self.architecture = self.ARCHITECTURES[config.model_type]
         self.backbone = encoder(config)  # the decoder, where the encoder is in the other objectives
 
     def lm_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
