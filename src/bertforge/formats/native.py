@@ -17,7 +17,7 @@ from torch import nn
 
 from ..families import family_of, load_config
 from ..errors import BertforgeError
-from .tensors import load_state, read_safetensors
+from .tensors import check_finite, load_state, read_safetensors
 
 WEIGHTS = "model.safetensors"
 
@@ -74,6 +74,7 @@ def load(model: nn.Module, directory: str) -> None:
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
     tensors = read_safetensors(path)
+    check_finite(tensors, path)
     tied = _tied(model)
     unexpected = [k for k in tensors if k not in model.state_dict()]
     load_state(model, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
@@ -87,6 +88,7 @@ def load_encoder(model: nn.Module, directory: str) -> None:
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
     tensors = {k[len("bert."):]: v for k, v in read_safetensors(path).items() if k.startswith("bert.")}
+    check_finite(tensors, path)
     unexpected = [k for k in tensors if k not in model.bert.state_dict()]
     load_state(model.bert, tensors, path, unexpected)
 
