@@ -100,6 +100,19 @@ def atomic_directory(path: str):
     _fsync_directory(parent)  # make the rename itself durable
 
 
+def check_space(path: str, needed: int) -> None:
+    """Refuse to start writing `needed` bytes at `path` when its disk has less free: a write that
+    fails half way costs the time it took, and some writers (HDF5's library) crash on a full disk
+    rather than raise."""
+    existing = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise BertforgeError(f"{path}: needs {needed / 2**20:,.1f} MiB but its disk has {free / 2**20:,.1f} MiB free; "
+                             "nothing was written")
+
+
 def raise_naming(path: str, e: BaseException):
     """Re-raise a failure to write `path` as an error that names it: a full disk surfaces from
     torch, safetensors or tokenizers as their own exception types, with no file name."""
