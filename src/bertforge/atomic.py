@@ -32,14 +32,23 @@ def _ordinary_permissions(path: str, directory: bool) -> None:
 def atomic_file(path: str, mode: str = "w"):
     """Yield a file open for writing (`mode` "w" for UTF-8 text, "wb" for bytes) beside `path`; on
     success it replaces `path`. If the body raises, `path` is left exactly as it was."""
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+        yield f
+
+
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yield the name of a new empty file beside `path`, for a writer that wants a name rather than
+    an open file (ONNX's); on success it is flushed to disk and replaces `path`. The body may check
+    what it wrote before that: if it raises, `path` is left exactly as it was."""
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
-            yield f
-            f.flush()
+        yield tmp
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         _ordinary_permissions(tmp, directory=False)
         os.replace(tmp, path)
