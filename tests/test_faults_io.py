@@ -417,6 +417,18 @@ def test_an_import_clears_what_a_killed_import_left(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["allen", "back", "elmo"]
 
 
+def test_a_rename_that_fails_leaves_no_temporary_folder(tmp_path):
+    pytest.importorskip("h5py")
+    from bertforge.formats.allennlp import export_allennlp
+
+    model = elmo_dir(tmp_path / "elmo")
+    (tmp_path / "allen").write_text("a file where the export's folder would go")
+    with pytest.raises(BertforgeError, match="allen: could not be written .Not a directory.; what was there before"):
+        export_allennlp(model, str(tmp_path / "allen"))
+    assert (tmp_path / "allen").read_text() == "a file where the export's folder would go"
+    assert sorted(os.listdir(tmp_path)) == ["allen", "elmo"]
+
+
 def test_a_pickle_that_could_run_code_is_refused_in_one_line(tmp_path):
     model = bert_dir(tmp_path / "model")
     os.remove(os.path.join(model, "model.safetensors"))

@@ -95,18 +95,28 @@ def atomic_directory(path: str):
         yield tmp
         _fsync_tree(tmp)
         _ordinary_permissions(tmp, directory=True)
+        _put_in_place(tmp, path)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise_naming(path, e)
-    if os.path.isdir(path):
-        old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".old-", dir=parent)
-        os.rmdir(old)
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, path)
     _fsync_directory(parent)  # make the rename itself durable
+
+
+def _put_in_place(tmp: str, path: str) -> None:
+    """Rename the directory `tmp` to `path`, the previous `path` (if a directory) aside first and
+    removed after; a rename that fails (`path` a file, no permission) puts the previous one back."""
+    if not os.path.isdir(path):
+        os.rename(tmp, path)
+        return
+    old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".old-", dir=os.path.dirname(path))
+    os.rmdir(old)
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def check_space(path: str, needed: int) -> None:
