@@ -32,14 +32,23 @@ def _ordinary_permissions(path: str, directory: bool) -> None:
 def atomic_file(path: str, mode: str = "w"):
     """Yield a file open for writing (`mode` "w" for UTF-8 text, "wb" for bytes) beside `path`; on
     success it replaces `path`. If the body raises, `path` is left exactly as it was."""
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+        yield f
+
+
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yield the name of a new empty file beside `path`, for a writer that wants a name rather than
+    an open file (ONNX's); on success it is flushed to disk and replaces `path`. The body may check
+    what it wrote before that: if it raises, `path` is left exactly as it was."""
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-", dir=parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
-            yield f
-            f.flush()
+        yield tmp
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         _ordinary_permissions(tmp, directory=False)
         os.replace(tmp, path)
@@ -86,18 +95,41 @@ def atomic_directory(path: str):
         yield tmp
         _fsync_tree(tmp)
         _ordinary_permissions(tmp, directory=True)
+        _put_in_place(tmp, path)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise_naming(path, e)
-    if os.path.isdir(path):
-        old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".old-", dir=parent)
-        os.rmdir(old)
-        os.rename(path, old)
-        os.rename(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, path)
     _fsync_directory(parent)  # make the rename itself durable
+
+
+def _put_in_place(tmp: str, path: str) -> None:
+    """Rename the directory `tmp` to `path`, the previous `path` (if a directory) aside first and
+    removed after; a rename that fails (`path` a file, no permission) puts the previous one back."""
+    if not os.path.isdir(path):
+        os.rename(tmp, path)
+        return
+    old = tempfile.mkdtemp(prefix=os.path.basename(path) + ".old-", dir=os.path.dirname(path))
+    os.rmdir(old)
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def check_space(path: str, needed: int) -> None:
+    """Refuse to start writing `needed` bytes at `path` when its disk has less free: a write that
+    fails half way costs the time it took, and some writers (HDF5's library) crash on a full disk
+    rather than raise."""
+    existing = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
+    if free < needed:
+        raise BertforgeError(f"{path}: needs {needed / 2**20:,.1f} MiB but its disk has {free / 2**20:,.1f} MiB free; "
+                             "nothing was written")
 
 
 def raise_naming(path: str, e: BaseException):

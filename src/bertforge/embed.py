@@ -11,10 +11,12 @@ import numpy as np
 import torch
 
 from .atomic import atomic_file
+from .config.base import _read_json
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .formats.hf import load_pretrained, read_config
 from .load import load_tokenizer, read_model
+from .paths import inside
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .tasks.common import in_length_order, token_types
@@ -25,23 +27,38 @@ LAYER_CHOICES = ("last", "sum-last-4", "concat-last-4", "all")
 POOLING = ("mean", "cls", "tokens")
 
 
+def check_layers(layers: str | int, states: int | None = None) -> str | None:
+    """`layers` checked before any text is run: a name this module knows, and with `states` (how many
+    outputs the model has: its embeddings' and each layer's), a layer that exists. Returns what to
+    tell the user when the last four are asked of a model with fewer outputs: all of them are
+    taken then (a 2-layer model's 3), which is another thing than four."""
+    if isinstance(layers, str) and layers.lstrip("-").isdigit():
+        layers = int(layers)
+    if not isinstance(layers, int) and layers not in LAYER_CHOICES:
+        raise BertforgeError(f"layers must be a layer number or one of {', '.join(LAYER_CHOICES)}, got {layers!r}")
+    if states is None:
+        return None
+    if isinstance(layers, int) and not -states <= layers < states:
+        raise BertforgeError(f"layer {layers} does not exist: the model has layers 0 (embeddings) to {states - 1}")
+    if layers in ("sum-last-4", "concat-last-4") and states < 4:
+        return (f"{layers}: the model has {states} outputs (its embeddings' and {states - 1} layers'), so all "
+                f"{states} are {'summed' if layers == 'sum-last-4' else 'concatenated'}")
+    return None
+
+
 def combine(hidden_states: tuple[torch.Tensor, ...], layers: str | int) -> torch.Tensor:
-    """One tensor from the embedding output and every layer's output (L + 1 tensors of (B, T, H))."""
-    if isinstance(layers, int) or (isinstance(layers, str) and layers.lstrip("-").isdigit()):
-        index = int(layers)
-        if not -len(hidden_states) <= index < len(hidden_states):
-            raise BertforgeError(f"layer {index} does not exist: the model has layers 0 (embeddings) to "
-                                 f"{len(hidden_states) - 1}")
-        return hidden_states[index]
+    """One tensor from the embedding output and every layer's output (L + 1 tensors of (B, T, H)):
+    one of them, the last four summed or concatenated (all, if there are fewer), or their mean."""
+    check_layers(layers, len(hidden_states))
+    if isinstance(layers, int) or layers.lstrip("-").isdigit():
+        return hidden_states[int(layers)]
     if layers == "last":
         return hidden_states[-1]
     if layers == "sum-last-4":
         return torch.stack(hidden_states[-4:]).sum(0)
     if layers == "concat-last-4":
         return torch.cat(hidden_states[-4:], dim=-1)  # (B, T, 4H)
-    if layers == "all":
-        return torch.stack(hidden_states).mean(0)
-    raise BertforgeError(f"layers must be a layer number or one of {', '.join(LAYER_CHOICES)}, got {layers!r}")
+    return torch.stack(hidden_states).mean(0)  # all
 
 
 class Embedder:
@@ -80,6 +97,11 @@ class Embedder:
         return cls(load_pretrained(directory, device=device, config=config), load_tokenizer(directory, config),
                    **sentence_transformers_settings(directory), precision=precision)
 
+    @property
+    def states(self) -> int:
+        """How many outputs `layers` chooses from: the embeddings' and each layer's."""
+        return self.model.config.num_hidden_layers + 1
+
     def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
         """The tokens `encode` gives vectors for, with `pooling="tokens"`."""
         limit = max_length or self.max_length or self.model.config.max_length
@@ -88,7 +110,8 @@ class Embedder:
     def encode(self, texts: list[str], layers: str | int = "last", pooling: str | None = None, batch_size: int = 128,
                max_length: int | None = None, *, normalize: bool | None = None,
                progress: bool = False) -> list[np.ndarray] | np.ndarray:
-        """Vectors for `texts`, in the precision the embedder was loaded with.
+        """Vectors for `texts`, in the precision the embedder was loaded with, from `layers` (see
+        `combine`: a model with fewer than four outputs gives all of them to the last-four choices).
 
         `pooling`: `mean` over the real tokens, `cls` (the [CLS] vector), both giving an (N, D) array;
         or `tokens`, giving one (tokens, D) array per text, special tokens included. `normalize`
@@ -101,6 +124,7 @@ class Embedder:
         max_length = max_length or self.max_length
         if pooling not in POOLING:
             raise BertforgeError(f"pooling must be one of {', '.join(POOLING)}, got {pooling!r}")
+        check_layers(layers, self.states)
         reuse_freed_memory()
         model, tokenizer = self.model, self.tokenizer
         device = next(model.parameters()).device
@@ -152,6 +176,11 @@ class ELMoEmbedder:
         model = read_model(directory, config, family_of(config), ELMoLanguageModel, device)
         return cls(model.backbone, load_tokenizer(directory, config), precision=precision)
 
+    @property
+    def states(self) -> int:
+        """The character-based word vectors, then each LSTM layer's."""
+        return self.model.config.n_layers + 1
+
     def tokens(self, texts: list[str], max_length: int | None = None) -> list[list[str]]:
         limit = max_length or self.max_length
         return [self.vocab.tokenize(t)[:limit] for t in texts]
@@ -166,6 +195,7 @@ class ELMoEmbedder:
         pooling = pooling or self.pooling
         if pooling not in ("mean", "tokens"):
             raise BertforgeError(f"an ELMo model pools by mean or gives tokens, not {pooling!r}")
+        check_layers(layers, self.states)
         words = self.tokens(texts, max_length)
         config = self.model.config
         device = next(self.model.parameters()).device
@@ -192,9 +222,13 @@ class ELMoEmbedder:
         return out if pooling == "tokens" else np.stack(out)
 
 
-def check_output(path: str) -> None:
+def check_output(path: str, pooling: str | None = None) -> None:
+    """The output's name, before any work: .npy (sentence vectors, one array) or .jsonl (any)."""
     if not path.endswith((".npy", ".jsonl")):
         raise BertforgeError(f"{path}: vectors are written as .npy (sentence vectors) or .jsonl; name the file so")
+    if pooling == "tokens" and path.endswith(".npy"):
+        raise BertforgeError(f"{path}: token vectors differ in length per text, so they cannot be one .npy array: "
+                             "write them as .jsonl")
 
 
 SBERT_ENCODER = "Transformer"  # sentence-transformers' name for the module that holds the encoder
@@ -207,19 +241,20 @@ def sentence_transformers_settings(directory: str) -> dict:
     path = os.path.join(directory, "modules.json")
     if not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        modules = json.load(f)
+    modules = _read_json(path)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise BertforgeError(f"{path}: not a list of modules")
     settings = {}
     for module in modules:
-        kind = module.get("type", "").rsplit(".", 1)[-1]
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        folder = inside(directory, module.get("path", ""), path)  # a module's files stay in the model's folder
         if kind == SBERT_ENCODER:
-            config = os.path.join(directory, module.get("path", ""), "sentence_bert_config.json")
+            config = os.path.join(folder, "sentence_bert_config.json")
             if os.path.exists(config):
-                with open(config, encoding="utf-8") as f:
-                    settings["max_length"] = json.load(f).get("max_seq_length")
+                settings["max_length"] = _read_json(config).get("max_seq_length")
         elif kind == "Pooling":
-            with open(os.path.join(directory, module["path"], "config.json"), encoding="utf-8") as f:
-                modes = [k for k, v in json.load(f).items() if k.startswith("pooling_mode") and v]
+            modes = [k for k, v in _read_json(os.path.join(folder, "config.json")).items()
+                     if k.startswith("pooling_mode") and v]
             known = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
             if len(modes) != 1 or modes[0] not in known:
                 raise BertforgeError(f"{path}: pooling {', '.join(modes)} is not one bertforge applies (mean or cls)")
@@ -241,10 +276,8 @@ def embed(directory: str, texts: list[str], layers: str | int = "last", pooling:
 
 def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:
     """`.npy` for sentence vectors (N, D); `.jsonl`, one object per text; any other name is refused."""
-    check_output(path)
+    check_output(path, "tokens" if isinstance(vectors, list) else None)
     if path.endswith(".npy"):
-        if isinstance(vectors, list):
-            raise BertforgeError("token vectors differ in length per text: write them as .jsonl")
         with atomic_file(path, "wb") as f:
             np.save(f, vectors)
         return

@@ -35,14 +35,18 @@ class FillMask:
         return [[(c["token_str"], c["score"]) for c in mask] for mask in self.fill([text], top_k)[0]]
 
     def encode(self, text: str):
-        """The encoding of `text` cut to the model's positions; an error when no `[MASK]` is left in it."""
+        """The encoding of `text` cut to the model's positions; an error when it has no `[MASK]`, or
+        one that the cut would drop (its answer would be missing without a word)."""
         limit = self.model.backbone.config.max_length
+        mask_id = self.tokenizer.mask_id
         encoding = self.tokenizer.encode(text, max_length=limit)
-        if self.tokenizer.mask_id not in encoding.ids:
-            whole = self.tokenizer.encode(text)
-            if self.tokenizer.mask_id in whole.ids:
-                raise BertforgeError(f"the {MASK} is token {whole.ids.index(self.tokenizer.mask_id) + 1} of the text, "
-                                     f"beyond the model's {limit} positions: shorten the text before it")
+        whole = self.tokenizer.encode(text) if len(encoding.ids) >= limit else encoding
+        kept, masks = encoding.ids.count(mask_id), whole.ids.count(mask_id)
+        if kept < masks:
+            position = [i for i, token in enumerate(whole.ids) if token == mask_id][kept]
+            raise BertforgeError(f"{MASK} {kept + 1} of {masks} is token {position + 1} of the text, beyond the "
+                                 f"model's {limit} positions: shorten the text before it")
+        if not masks:
             shown = text if len(text) <= 80 else text[:77] + "..."
             raise BertforgeError(f"no {MASK} in the text: {shown!r}")
         return encoding

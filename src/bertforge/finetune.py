@@ -18,6 +18,7 @@ from .formats import native
 from .formats.hf import load_into, read_config
 from .load import load_finetuned, load_tokenizer
 from .plan import GIVEN, Plan
+from .paths import check_apart
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .report import header, say
@@ -57,6 +58,7 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
                         ("eval_every", eval_every), ("lm_weight", lm_weight), ("max_train_samples", max_train_samples),
                         ("max_eval_samples", max_eval_samples)):
         check(name, value)
+    check_apart(os.path.join(out, "model"), model, train_file, dev_file)  # the best model goes to out/model
     base = read_config(model)
     family = family_of(base)
     family.supports_task(task.family, task.name, model)
@@ -337,7 +339,9 @@ def predict(directory: str | list[str], input_file: str | None, output_file: str
     Several classifiers of one task predict as their ensemble (see `ensemble`). With `progress`, a
     header (once the input is read and checked) and progress for many examples, on standard error.
     Returns the number of examples."""
-    members = load_ensemble([directory] if isinstance(directory, str) else directory, device, precision)
+    directories = [directory] if isinstance(directory, str) else directory
+    check_apart(output_file, input_file, *directories)  # before any work
+    members = load_ensemble(directories, device, precision)
     task, names = members[0][1], label_names_of(members[0][0])
     output_format = _output_format(output_file, output_format, task.family)
     if input_file is None:

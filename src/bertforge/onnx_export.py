@@ -19,10 +19,12 @@ import warnings
 import torch
 from torch import nn
 
+from .atomic import atomic_path, remove_leftovers
 from .errors import BertforgeError
 from .families import family_of
 from .formats.hf import has_masked_lm_head, load_pretrained, read_config
 from .load import load_finetuned
+from .paths import check_apart
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -82,8 +84,9 @@ def sample_inputs(vocab_size: int, choices: int | None, batch: int = 2, length: 
 
 
 def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -> dict:
-    """Write the model in `directory` to `out` as ONNX; with `check`, run it in onnxruntime on a
-    padded batch and stop with an error if any output differs from ours by more than 1e-4."""
+    """Write the model in `directory` to `out` as ONNX; with `check`, first run the new file in
+    onnxruntime on a padded batch, and stop with an error, `out` untouched, if any output differs
+    from ours by more than the tolerance (see `compare`)."""
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
@@ -92,36 +95,41 @@ def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -
                              "pip install 'bertforge[onnx]'") from None
     if not out.endswith(".onnx"):
         raise BertforgeError(f"{out}: the ONNX file's name must end in .onnx")
+    check_apart(out, directory)
     wrapper, names, family = exportable(directory)
     config = read_config(directory)
     choices = 2 if family == "multiple-choice" else None
     example = sample_inputs(config.vocab_size, choices)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=config.max_length)
     axes = {0: batch, 1: torch.export.Dim("choices"), 2: sequence} if choices else {0: batch, 1: sequence}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tmp = f"{out}.tmp-{os.getpid()}"
     # the exporter's own chatter (missing torchvision ops, axis renames) says nothing about this model
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(wrapper, example, dynamo=True, input_names=list(INPUTS), output_names=names,
-                                        dynamic_shapes={name: axes for name in INPUTS}, opset_version=opset,
-                                        external_data=False, optimize=True, verbose=False, report=False)
-        program.save(tmp)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(wrapper, example, dynamo=True, input_names=list(INPUTS), output_names=names,
+                                    dynamic_shapes={name: axes for name in INPUTS}, opset_version=opset,
+                                    external_data=False, optimize=True, verbose=False, report=False)
     report = {"inputs": list(INPUTS), "outputs": names, "family": family}
-    if check:
-        report["max_difference"] = compare(wrapper, out, config.vocab_size, choices)
+    remove_leftovers(out)  # what a killed export left beside it
+    with atomic_path(out) as tmp:  # checked under its temporary name: a bad file never replaces a good one
+        program.save(tmp)
+        if check:
+            report["max_difference"] = compare(wrapper, tmp, config.vocab_size, choices, name=out)
     return report
 
 
-def compare(wrapper: Exportable, path: str, vocab_size: int, choices: int | None) -> float:
+# What "agrees" means, as torch.allclose: |ours - theirs| <= ATOL + RTOL * |theirs|. A relative part,
+# since float32 kernels that add in another order differ in the last digits of large logits too.
+ATOL, RTOL = 1e-4, 1e-4
+
+
+def compare(wrapper: Exportable, path: str, vocab_size: int, choices: int | None, name: str | None = None) -> float:
     """The largest difference between our outputs and onnxruntime's on a batch unlike the export's
-    example (other batch size and length, padding), so that the dynamic axes are exercised."""
+    example (other batch size and length, padding), so that the dynamic axes are exercised; an error
+    naming `name` (default `path`) if any output is outside the tolerance."""
+    # onnxruntime keeps a device id for its telemetry under the user's cache folder as it loads,
+    # unless told not to: a check of a file has no business writing into someone's home.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     try:
         import onnxruntime
     except ImportError:
@@ -131,9 +139,13 @@ def compare(wrapper: Exportable, path: str, vocab_size: int, choices: int | None
     with torch.no_grad():
         ours = wrapper(*inputs)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    theirs = session.run(None, {name: x.numpy() for name, x in zip(INPUTS, inputs)})
-    worst = max(float((a - torch.from_numpy(b)).abs().max()) for a, b in zip(ours, theirs))
-    if worst > 1e-4:
-        raise BertforgeError(f"{path}: onnxruntime's outputs differ from the model's by {worst:.2e} (more than "
-                             "1e-4); the file is written but should not be trusted")
-    return worst
+    theirs = [torch.from_numpy(t) for t in session.run(None, {n: x.numpy() for n, x in zip(INPUTS, inputs)})]
+    for a, b in zip(ours, theirs):
+        outside = ~((a - b).abs() <= ATOL + RTOL * b.abs()).flatten()  # NaN is outside too
+        if outside.any():
+            at = int(outside.nonzero()[0])
+            difference, value = float((a - b).abs().flatten()[at]), float(b.flatten()[at])
+            raise BertforgeError(f"{name or path}: onnxruntime's outputs differ from the model's by {difference:.2e} "
+                                 f"at a value of {value:.3g} (more than {ATOL:g} + {RTOL:g} x its size); not "
+                                 "written, a previous file is unchanged")
+    return max(float((a - b).abs().max()) for a, b in zip(ours, theirs))

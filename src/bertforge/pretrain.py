@@ -17,6 +17,7 @@ from .data.shards import build_shards, shard_key
 from .errors import BertforgeError
 from .formats.hf import head_keys, load_into, parts, read_config, read_weights
 from .models.bert import Dropout
+from .paths import check_apart
 from .families import FAMILIES, Family, Objective, resolve
 from .families import objective as find_objective
 from .plan import Plan
@@ -79,6 +80,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
                         ("short_seq_prob", short_seq_prob), ("eval_fraction", eval_fraction),
                         ("generator_fraction", generator_fraction), ("dropout", dropout)):
         check(name, value)
+    check_apart(os.path.join(out, "model"), init)  # the model is written to out/model
     start, terms = continued(init, objective, tokenizer) if init else (None, record.terms)
     saved = _saved_run_config(out) if resume else None
     if plan is None:  # called from Python: the arguments given, on top of the recipe

@@ -30,6 +30,7 @@ from .families import objective as find_objective
 from .families import resolve
 from .formats import native
 from .models.objectives import BiLMPretraining, RecurrentLMPretraining
+from .paths import check_apart
 from .training.checkpoints import latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
 
@@ -111,6 +112,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         raise BertforgeError("ELMo's biLM reads both directions and starts fresh: drop --init and --backwards")
     if init and preset:
         raise BertforgeError("--init continues a model of its own size: drop --preset")
+    check_apart(os.path.join(out, "model"), init)  # the model is written to out/model
     preset = None if init else preset or family.default_preset
     if preset and preset not in family.presets:
         raise BertforgeError(f"unknown preset {preset!r} for {objective}; choose one of {', '.join(family.presets)}")

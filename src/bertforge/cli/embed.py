@@ -16,7 +16,8 @@ def add_command(commands) -> None:
     em.add_argument("--input", help="text file, one text per line (default: standard input)")
     em.add_argument("--output", required=True, help=".npy (sentence vectors) or .jsonl")
     em.add_argument("--layers",
-                    help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4, or all (mean) "
+                    help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4 (all the "
+                         "outputs of a model with fewer, as it then says), or all (mean) "
                          "(default: last; all for an ELMo model, its layers' average)")
     em.add_argument("--pooling", choices=["mean", "cls", "tokens"],
                     help="mean of the tokens, the [CLS] vector, or every token's vector (default: a "
@@ -29,18 +30,25 @@ def add_command(commands) -> None:
 
 
 def run(args) -> None:
-    from ..embed import Embedder, check_output, write_embeddings
+    from ..embed import Embedder, check_layers, check_output, write_embeddings
+    from ..paths import check_apart
     from ..tasks.common import read_text
 
-    check_output(args.output)  # before any work
+    check_output(args.output, args.pooling)  # before any work
+    check_apart(args.output, args.input, args.model)
+    if args.layers:
+        check_layers(args.layers)
     texts = [line.rstrip("\r") for line in read_text(args.input).split("\n") if line.strip()]
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
     embedder = Embedder.from_pretrained(args.model, resolve_device(args.device), args.precision)
     layers = args.layers or ("all" if hasattr(embedder, "vocab") else "last")  # ELMo: the average of its layers
     layers = int(layers) if layers.lstrip("-").isdigit() else layers
+    note = check_layers(layers, embedder.states)  # before the header that says the work starts
     from ..report import header, say
 
+    if note:
+        say(note)
     say(header(embedder.model, next(embedder.model.parameters()).device, args.precision,
                f"{len(texts):,} texts from {args.input or 'standard input'}",
                f"{args.output}: layers {layers}, pooling {args.pooling or 'its default'}"))

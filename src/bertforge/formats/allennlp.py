@@ -19,6 +19,7 @@ when present. Reading an HDF5 file runs no code from it.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -27,6 +28,7 @@ import torch
 
 from ..config import ELMoConfig
 from ..errors import BertforgeError
+from ..paths import check_apart
 
 OPTIONS, WEIGHTS, VOCAB = "options.json", "weights.hdf5", "vocab.txt"
 FILE_SPECIALS = ("<S>", "</S>", "<UNK>")  # bilm-tf's first three words
@@ -207,12 +209,13 @@ def read_vocab(path: str) -> tuple[list[str], list[int]]:
 
 def export_allennlp(model_dir: str, out: str) -> dict:
     """Write the ELMo checkpoint in `model_dir` as `out`/options.json, weights.hdf5 and vocab.txt."""
-    from ..atomic import atomic_directory
+    from ..atomic import atomic_directory, check_space, remove_leftovers
     from ..data.words import WordVocab
     from ..models.elmo import ELMoLanguageModel
     from . import native
 
-    h5py = _h5py()
+    check_apart(out, model_dir)
+    _h5py()  # before the work, when it is missing
     config = native.read_config(model_dir)
     if config.model_type != "elmo":
         raise BertforgeError(f"{model_dir}: a {config.model_type} checkpoint; AllenNLP's format holds ELMo models")
@@ -226,27 +229,42 @@ def export_allennlp(model_dir: str, out: str) -> dict:
     vocab = WordVocab.from_pretrained(model_dir)
     words = config.vocab_size - 2  # the file has no padding word or field mark
     arrays = file_arrays(model.state_dict(), config)
+    weights = hdf5_bytes(arrays)
+    remove_leftovers(out)  # what a killed export left
+    check_space(out, len(weights) + (1 << 20))  # and a MiB for options.json and vocab.txt
     with atomic_directory(out) as tmp:
         with open(os.path.join(tmp, OPTIONS), "w", encoding="utf-8") as f:
             json.dump(options_of(config, words), f, indent=1)
-        with h5py.File(os.path.join(tmp, WEIGHTS), "w") as f:
-            for name, array in arrays.items():
-                f.create_dataset(name, data=array.astype(np.float32))
+        with open(os.path.join(tmp, WEIGHTS), "wb") as f:
+            f.write(weights)
         with open(os.path.join(tmp, VOCAB), "w", encoding="utf-8") as f:
             f.writelines(w + "\n" for w in [*FILE_SPECIALS, *vocab.words[5:]])
     return {"datasets": len(arrays), "words": words}
 
 
+def hdf5_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """The HDF5 file of `arrays` (float32 datasets), built in memory: HDF5's library crashes the
+    whole process when a write to disk fails (a full disk), where Python's own write raises an
+    error that leaves the previous export in place."""
+    h5py = _h5py()
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        for name, array in arrays.items():
+            f.create_dataset(name, data=array.astype(np.float32))
+    return buffer.getvalue()
+
+
 def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: str | None = None) -> dict:
     """An AllenNLP ELMo (`options_path`, `weights_path`, and bilm-tf's vocabulary file if its softmax
     is to be used) -> a bertforge ELMo directory `out`."""
-    from ..atomic import atomic_directory
+    from ..atomic import atomic_directory, remove_leftovers
     from ..config.base import _read_json
     from ..data.words import SPECIALS, WordVocab
     from ..models.elmo import ELMoLanguageModel
     from . import native
-    from .tensors import load_state
+    from .tensors import check_finite, load_state
 
+    check_apart(out, options_path, weights_path, vocab_path)
     h5py = _h5py()
     options = _read_json(options_path)
     words, rows = read_vocab(vocab_path) if vocab_path else (None, None)
@@ -255,7 +273,8 @@ def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: 
     except (OSError, ValueError) as e:
         raise BertforgeError(f"{weights_path}: cannot be read as HDF5 ({e})") from None
     with f:
-        softmax_words = f["softmax/W"].shape[0] if "softmax/W" in f else None
+        refuse_links_out(f, weights_path)
+        softmax_words = f["softmax/W"].shape[0] if isinstance(f.get("softmax/W"), h5py.Dataset) else None
         if softmax_words and words is None:
             raise BertforgeError(f"{weights_path}: holds a softmax over {softmax_words:,} words; give its vocabulary "
                                  "(bilm-tf's vocab.txt) with --vocab")
@@ -264,20 +283,64 @@ def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: 
                                  f"{softmax_words:,}")
         config = config_of(options, options_path, len(words) if words else 5)
         expected = expected_shapes(config, softmax_words)
-        problems = [f"{name} (missing)" if not isinstance(f.get(name), h5py.Dataset) else
-                    f"{name} {f[name].shape} (expected {shape})"
-                    for name, shape in expected.items()
-                    if not isinstance(f.get(name), h5py.Dataset) or tuple(f[name].shape) != shape]
-        if "CNN_proj/W_proj" not in f and sum(n for _, n in config.filters) == config.projection_dim:
-            problems.insert(0, "no CNN_proj (bilm-tf leaves the projection out when the filters add up to "
-                               "projection_dim; this ELMo always has one)")
-        if problems:
-            raise BertforgeError(f"{weights_path}: does not match {options_path}: " + "; ".join(problems[:6])
-                                 + (f" and {len(problems) - 6} more" if len(problems) > 6 else ""))
+        check_datasets(f, expected, config, weights_path, options_path)
         arrays = {name: f[name][...] for name in expected}
+    check_finite({name: torch.from_numpy(array) for name, array in arrays.items()}, weights_path)
     model = ELMoLanguageModel(config)
     load_state(model, state_of(arrays, config, rows), weights_path)
     vocab = WordVocab(words or list(SPECIALS), lowercase=False, characters=config.max_characters_per_token)
+    remove_leftovers(out)  # what a killed import left
     with atomic_directory(out) as tmp:
         native.write(model, tmp, vocab)
     return {"config": config, "softmax": bool(softmax_words)}
+
+
+def refuse_links_out(f, path: str) -> None:
+    """Refuse a file whose data lives elsewhere: an external link, a dataset stored in external raw
+    files, or a virtual dataset mapping other files. Reading would open whatever files they name."""
+    h5py = _h5py()
+    found = []
+
+    def visit(name, link):
+        if isinstance(link, h5py.ExternalLink):
+            found.append(f"{name} links to {link.filename}")
+        elif isinstance(link, h5py.HardLink):
+            node = f.get(name)
+            if isinstance(node, h5py.Dataset) and (node.external or node.is_virtual):
+                found.append(f"{name} is stored in other files")
+
+    f.visititems_links(visit)
+    if found:
+        raise BertforgeError(f"{path}: refused: {found[0]}; a weights file must hold its own data")
+
+
+MAX_COMPRESSION = 100  # float weights hardly compress (gzip: under 2x); a dataset claiming more is mostly unwritten
+
+
+def check_datasets(f, expected: dict[str, tuple], config: ELMoConfig, path: str, options_path: str) -> None:
+    """Every dataset `expected` is in the file, of that shape, floating point, and holds the bytes
+    its shape declares: a small file may declare terabytes of data never written (read as zeros),
+    which reading would allocate. Checked before any of it is read."""
+    h5py = _h5py()
+    problems = []
+    for name, shape in expected.items():
+        node = f.get(name)
+        if not isinstance(node, h5py.Dataset):
+            problems.append(f"{name} (missing)")
+        elif tuple(node.shape) != shape:
+            problems.append(f"{name} {node.shape} (expected {shape})")
+        elif node.dtype.kind != "f":
+            problems.append(f"{name} holds {node.dtype} (expected floating point numbers)")
+    if "CNN_proj/W_proj" not in f and sum(n for _, n in config.filters) == config.projection_dim:
+        problems.insert(0, "no CNN_proj (bilm-tf leaves the projection out when the filters add up to "
+                           "projection_dim; this ELMo always has one)")
+    if problems:
+        raise BertforgeError(f"{path}: does not match {options_path}: " + "; ".join(problems[:6])
+                             + (f" and {len(problems) - 6} more" if len(problems) > 6 else ""))
+    for name in expected:
+        node = f[name]
+        declared, stored = node.size * node.dtype.itemsize, node.id.get_storage_size()
+        filtered = node.id.get_create_plist().get_nfilters() > 0
+        if declared > stored * (MAX_COMPRESSION if filtered else 1):
+            raise BertforgeError(f"{path}: {name} declares {node.shape} ({declared:,} bytes) but the file holds "
+                                 f"{stored:,} bytes of it; refused before allocating it")

@@ -10,7 +10,6 @@ for old `pytorch_model.bin` files, `torch.load(weights_only=True)`): loading nev
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import torch
@@ -18,12 +17,14 @@ from torch import nn
 
 from ..atomic import atomic_directory
 from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig
+from ..config.base import _read_json
 from ..families import load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.rotary import rotary_tables
+from ..paths import inside
 from . import native
-from .tensors import load_state, read_safetensors
+from .tensors import check_finite, load_state, read_pickled, read_safetensors
 
 # (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
 # (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
@@ -370,25 +371,28 @@ def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, to
     if found[0] == "model.safetensors":
         tensors = read_safetensors(path)
     elif found[0].endswith(".index.json"):
-        with open(path, encoding="utf-8") as f:
-            shards = sorted(set(json.load(f).get("weight_map", {}).values()))
         tensors = {}
-        for shard in shards:
-            tensors.update(read_safetensors(os.path.join(directory, shard)))
+        for shard in shard_files(path):
+            tensors.update(read_safetensors(shard))
     else:
-        try:
-            tensors = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # unpickling errors come in many types
-            raise BertforgeError(f"{path}: cannot be read safely as weights ({e})") from None
+        tensors = read_pickled(path)
     extra = os.path.join(directory, EXTRA_FILE)
     if os.path.exists(extra):
         tensors.update(read_safetensors(extra))
-    if os.environ.get("BERTFORGE_ALLOW_NONFINITE") != "1":
-        for name, tensor in tensors.items():
-            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-                raise BertforgeError(f"{path}: {name} holds NaN or infinite values, so every output would too "
-                                     "(BERTFORGE_ALLOW_NONFINITE=1 loads it anyway, to debug)")
+    check_finite(tensors, path)
     return canonical_names(tensors, path, model_type), path
+
+
+def shard_files(index: str) -> list[str]:
+    """The shards a `model.safetensors.index.json` names, each inside its folder (a name with `../`
+    or an absolute one is refused before anything is read)."""
+    content = _read_json(index)
+    weight_map = content.get("weight_map") if isinstance(content, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise BertforgeError(f"{index}: no weight_map (a shard index maps each weight to its file)")
+    folder = os.path.dirname(index)
+    shards = [inside(folder, shard, index) for shard in weight_map.values()]
+    return sorted(set(shards))
 
 
 def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: str = "bert") -> dict:

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..families import family_of, load_config
 from ..errors import BertforgeError
-from .tensors import load_state, read_safetensors
+from .tensors import check_finite, load_state, read_safetensors
 
 WEIGHTS = "model.safetensors"
 # The encoder's attribute was `bert` when this format was defined and is `backbone` now; files keep
@@ -90,6 +90,7 @@ def load(model: nn.Module, directory: str) -> None:
         raise BertforgeError(f"{path}: no such file")
     stored = read_safetensors(path)
     tensors = {module_name(k): v for k, v in stored.items()}
+    check_finite(stored, path)
     tied = _tied(model)
     unexpected = [k for k in stored if module_name(k) not in model.state_dict()]  # named as in the file
     load_state(model, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
@@ -103,6 +104,7 @@ def load_encoder(model: nn.Module, directory: str) -> None:
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
     tensors = {k.removeprefix(FILE_PREFIX): v for k, v in read_safetensors(path).items() if k.startswith(FILE_PREFIX)}
+    check_finite(tensors, path)
     unexpected = [k for k in tensors if k not in model.backbone.state_dict()]
     load_state(model.backbone, tensors, path, unexpected)
 
