@@ -238,7 +238,7 @@ def test_a_failed_allennlp_write_raises_and_leaves_no_temporary_folder(tmp_path,
 def test_every_loader_refuses_nan_weights_naming_the_file_and_tensor(tmp_path, capsys):
     from bertforge.embed import Embedder
 
-    elmo = elmo_dir(tmp_path / "elmo", nan="bert.embeddings.projection.weight")
+    elmo = elmo_dir(tmp_path / "elmo", nan="backbone.embeddings.projection.weight")
     with pytest.raises(BertforgeError, match=r"elmo/model.safetensors: bert.embeddings.projection.weight holds NaN"):
         Embedder.from_pretrained(elmo)
     texts = tmp_path / "t.txt"

@@ -193,7 +193,7 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
     bert = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1,
                                                                 num_attention_heads=2, intermediate_size=37))
     bert.save_pretrained(bert_dir)
-    with pytest.raises(BertforgeError, match="generate needs a left-to-right language model"):
+    with pytest.raises(BertforgeError, match="no left-to-right language model, which generate needs; they support"):
         Generator(str(bert_dir))
 
 

@@ -9,12 +9,10 @@ import sys
 import torch
 
 from .checks import POSITIVE, check
-from .families import family_of
 from .errors import BertforgeError
-from .formats.hf import load_pretrained, read_config
+from .load import load
 from .models.gpt import Cache
 from .models.objectives import CausalLMPretraining
-from .data.tokenizer import Tokenizer
 
 
 def check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int, top_p: float) -> None:
@@ -44,13 +42,8 @@ class Generator:
     """A loaded GPT-1 and its tokenizer, ready for many prompts."""
 
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
-        config = read_config(directory)
-        if "generate" not in family_of(config).uses:
-            raise BertforgeError(f"{directory}: generate needs a left-to-right language model (GPT-1, "
-                                 f"--objective gpt); this is a {config.architectures[0]}")
-        self.config = config
-        self.tokenizer = Tokenizer.from_pretrained(directory)
-        self.model = load_pretrained(directory, cls=CausalLMPretraining, device=device).eval()
+        loaded = load(directory, device, model=CausalLMPretraining, use="generate")
+        self.config, self.tokenizer, self.model = loaded.config, loaded.tokenizer, loaded.model
         self.device = torch.device(device)
         self._warned = False
 
