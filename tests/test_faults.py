@@ -460,7 +460,8 @@ def test_a_bad_label_in_the_training_file_is_named_there(tmp_path, capsys):
     ]:
         (tmp_path / "train.tsv").write_text(train)
         argv = ["finetune", "--task", task, "--train", str(tmp_path / "train.tsv"), "--dev", str(dev), "--model",
-                f"{CHECKPOINTS}/bert", "--out", str(tmp_path / task), "--epochs", "1", "--batch-size", "8", "--max-seq-length", "32"]
+                f"{CHECKPOINTS}/bert", "--out", str(tmp_path / task), "--epochs", "1", "--batch-size", "8",
+                "--max-seq-length", "32"]
         assert main(argv) == 2
         one_line_error(capsys, f"{tmp_path / 'train.tsv'}, {expected}")
 

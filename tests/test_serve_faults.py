@@ -103,7 +103,8 @@ def test_choices_are_counted(models):
 
 def test_a_lone_surrogate_or_a_deep_body_is_a_400(models):
     with client_for(models["mlm"]) as client:
-        for path, body in (("/fill-mask", b'{"text": "a [MASK] \\ud800"}'), ("/embed", b'{"texts": ["a", "\\udfff b"]}'),
+        for path, body in (("/fill-mask", b'{"text": "a [MASK] \\ud800"}'),
+                           ("/embed", b'{"texts": ["a", "\\udfff b"]}'),
                            ("/embed", b'{"text": "a", "pooling": "\\ud800"}')):
             answer = client.post(path, content=body)
             assert answer.status_code == 400, answer.text

@@ -24,7 +24,8 @@ def add_command(commands) -> None:
     limits.add_argument("--max-tokens", type=int, default=Limits.tokens,
                         help="tokens the model reads for one request: every text, every choice with its context, "
                              "every window of a long QA context")
-    limits.add_argument("--max-choices", type=int, default=Limits.choices, help="choices of one multiple-choice example")
+    limits.add_argument("--max-choices", type=int, default=Limits.choices,
+                        help="choices of one multiple-choice example")
     limits.add_argument("--max-answer-mb", type=float, default=Limits.answer_bytes / 1e6,
                         help="estimated size of one answer, in MB (fill-mask: masks x top_k x length; "
                              "attention: layers x heads x length^2)")

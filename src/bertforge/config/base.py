@@ -80,7 +80,8 @@ class HFConfig:
 
     def _check_heads(self) -> None:
         if self.architectures == []:  # said nothing: the family's own default (its encoder), as when left out
-            self.architectures = next(f for f in dataclasses.fields(self) if f.name == "architectures").default_factory()
+            field = next(f for f in dataclasses.fields(self) if f.name == "architectures")
+            self.architectures = field.default_factory()
         _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
                "architectures", "a list of class names", self.architectures)
         _check(self.bertforge_task is None or isinstance(self.bertforge_task, dict), "bertforge_task",
