@@ -95,17 +95,22 @@ def random_batch(vocab_size: int, batch: int = 3, length: int = 16, seed: int = 
 
 
 @contextlib.contextmanager
-def serving(app):
-    """`app` under uvicorn on a free local port, in a thread; yields its base URL."""
+def serving(app, limits=None):
+    """`app` under uvicorn on a free local port, in a thread; yields its base URL. With `limits`,
+    uvicorn runs as `bertforge serve` runs it, with their time limits."""
     import socket
     import threading
 
     import uvicorn
 
+    from bertforge.serve.server import uvicorn_config
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    options = dict(host="127.0.0.1", port=port, log_level="error")
+    config = uvicorn.Config(app, **options) if limits is None else uvicorn_config(app, limits, **options)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

@@ -320,19 +320,150 @@ def test_a_full_disk_never_damages_what_was_written_before(tmp_path, monkeypatch
 
 
 def test_the_command_line_turns_any_failure_into_one_line(tmp_path, capsys, monkeypatch):
+    """An error bertforge did not foresee is one line too, with exit code 1 (a bug, to report)
+    where a problem with the input or the machine is 2; --debug or BERTFORGE_DEBUG=1 shows the
+    traceback; a warning is one line."""
+    import warnings
+
     import bertforge.cli.info as info
 
-    def native_failure(args):
+    def unforeseen(args):
         raise RuntimeError("safetensors_rust.SafetensorError: Error while serializing:\n IoError(No space left)")
 
-    monkeypatch.setattr(info, "run", native_failure)
-    assert main(["info", str(tmp_path)]) == 2
-    assert "RuntimeError: safetensors_rust.SafetensorError: Error while serializing: IoError(No space left) (--debug" \
-        in one_line_error(capsys, "RuntimeError")
+    monkeypatch.setattr(info, "run", unforeseen)
+    assert main(["info", str(tmp_path)]) == 1
+    assert one_line_error(capsys, "RuntimeError") == (
+        "bertforge: error: RuntimeError: safetensors_rust.SafetensorError: Error while serializing: IoError(No space "
+        "left). This is a bug in bertforge: please report it, with the traceback that --debug (or BERTFORGE_DEBUG=1) "
+        "shows\n")
     with pytest.raises(RuntimeError):
         main(["info", str(tmp_path), "--debug"])
     with pytest.raises(RuntimeError):
         main(["--debug", "info", str(tmp_path)])
+    monkeypatch.setenv("BERTFORGE_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(["info", str(tmp_path)])
+    monkeypatch.delenv("BERTFORGE_DEBUG")
+
+    def machine_failure(args):  # an OSError without a file name, memory running out: not bugs
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(info, "run", machine_failure)
+    assert main(["info", str(tmp_path)]) == 2
+    assert one_line_error(capsys, "No space left on device") == "bertforge: error: No space left on device\n"
+
+    def warns(args):
+        warnings.warn("a first line\nand a second", UserWarning)
+        warnings.warn("old", DeprecationWarning)
+
+    def show(message, category, filename, lineno, file=None, line=None):  # Python's own, which pytest replaces
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    monkeypatch.setattr(info, "run", warns)
+    monkeypatch.setattr(warnings, "showwarning", show)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["info", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ("bertforge: warning: a first line and a second\n"
+                                       "bertforge: warning: DeprecationWarning: old\n")
+
+
+CHECKPOINTS = os.path.join(os.path.dirname(__file__), "fixtures", "checkpoints")
+
+
+def fixture_copy(tmp_path, name: str, config: dict | None = None, drop: tuple = ()) -> str:
+    """A copy of a fixture checkpoint, its config.json updated with `config` and the files `drop` left out."""
+    import shutil
+
+    out = str(tmp_path / name.replace("/", "-"))
+    shutil.copytree(os.path.join(CHECKPOINTS, name), out, ignore=shutil.ignore_patterns(*drop))
+    if config:
+        path = os.path.join(out, "config.json")
+        with open(path) as f:
+            saved = json.load(f)
+        with open(path, "w") as f:
+            json.dump({**saved, **config}, f)
+    return out
+
+
+def test_commands_name_the_file_and_the_real_problem(tmp_path, capsys):
+    """Inputs that once ended in an internal exception or a message naming the wrong problem."""
+    text = tmp_path / "t.txt"
+    text.write_text("alpha beta gamma delta.\nepsilon zeta eta.\n")
+    elmo = fixture_copy(tmp_path, "elmo", drop=("words.json",))
+    for argv, expected in [
+        # an ELMo folder has a word vocabulary: not "no tokenizer here"
+        (["embed", "--model", elmo, "--input", str(text), "--output", str(tmp_path / "e.npy")],
+         f"{elmo}/words.json: no such file"),
+        (["pretrain", "--corpus", str(text), "--out", str(tmp_path / "p"), "--tokenizer", f"{CHECKPOINTS}/elmo",
+          "--preset", "bert-tiny", "--steps", "1"],
+         f"{CHECKPOINTS}/elmo: a word vocabulary (words.json, of an ELMo or AWD-LSTM model), not a sub-word tokenizer"),
+        # a task that is not an object: was ValueError
+        (["predict", "--model", fixture_copy(tmp_path, "bert-sst2", {"bertforge_task": "sst2"}), "--input", str(text)],
+         f"{tmp_path}/bert-sst2/config.json: config field 'bertforge_task' must be an object"),
+        # weights missing or corrupt where info reads their header: was FileNotFoundError, SafetensorError
+        (["info", fixture_copy(tmp_path, "awd-lstm", drop=("model.safetensors",))],
+         f"{tmp_path}/awd-lstm/model.safetensors: no such file"),
+    ]:
+        assert main(argv) == 2, argv
+        one_line_error(capsys, expected)
+    (tmp_path / "awd-lstm" / "model.safetensors").write_bytes(b"garbage")
+    assert main(["info", str(tmp_path / "awd-lstm")]) == 2
+    one_line_error(capsys, f"{tmp_path}/awd-lstm/model.safetensors: corrupted or truncated safetensors file")
+    # an empty list of architectures is the family's default, as when left out: was IndexError
+    assert main(["info", fixture_copy(tmp_path, "bert", {"architectures": []})]) == 0
+    assert capsys.readouterr().out.startswith(f"{tmp_path}/bert: BertModel, ")
+
+
+def test_every_family_and_head_works_or_says_why(tmp_path, capsys):
+    """What failed with an internal message: ELECTRA's discriminator read as a masked LM (export:
+    'missing weights: mlm...'), a fine-tuned ELMo's biLM (embed: missing and unexpected weights)."""
+    text = tmp_path / "t.txt"
+    text.write_text("alpha beta gamma delta.\nepsilon zeta eta.\n")
+    vectors = {}
+    for name in ("elmo", "elmo-sst2"):  # the task model's biLM is frozen: the pretrained one's vectors
+        vectors[name] = tmp_path / f"{name}.npy"
+        assert main(["embed", "--model", f"{CHECKPOINTS}/{name}", "--input", str(text), "--output",
+                     str(vectors[name])]) == 0
+    assert np.array_equal(np.load(vectors["elmo"]), np.load(vectors["elmo-sst2"]))
+    from bertforge.formats.hf import has_masked_lm_head, read_config
+
+    assert not has_masked_lm_head(read_config(f"{CHECKPOINTS}/electra"))
+    assert has_masked_lm_head(read_config(f"{CHECKPOINTS}/electra/generator"))
+    assert main(["evaluate-lm", f"{CHECKPOINTS}/elmo", str(tmp_path / "none.txt")]) == 2
+    capsys.readouterr()
+    (tmp_path / "blank.txt").write_text("\n \n")
+    assert main(["evaluate-lm", f"{CHECKPOINTS}/elmo", str(tmp_path / "blank.txt")]) == 2
+    one_line_error(capsys, f"{tmp_path}/blank.txt: no text to evaluate (0 words; a language model needs 2 at least)")
+
+
+def test_modernbert_and_electra_export_to_onnx(tmp_path, capsys):
+    """ModernBERT's forward branched on its mask's values, which torch.export cannot trace
+    (TorchExportError); an ELECTRA discriminator exports as its encoder."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    for name, outputs in (("modernbert", "logits"), ("electra", "last_hidden_state, pooler_output")):
+        assert main(["export", f"{CHECKPOINTS}/{name}", str(tmp_path / f"{name}.onnx")]) == 0, capsys.readouterr().err
+        assert f"outputs {outputs}; onnxruntime agrees" in capsys.readouterr().out
+
+
+def test_a_bad_label_in_the_training_file_is_named_there(tmp_path, capsys):
+    """A regression label that is not finite, a label left empty: the training file's line, before
+    any training (a NaN label made the loss NaN, and the learning rate was blamed)."""
+    rows = "".join(f"alpha beta\tgamma\t{i % 5}\n" for i in range(40))
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("sentence1\tsentence2\tscore\nalpha\tbeta\t1\n")
+    for task, train, expected in [
+        ("stsb", "sentence1\tsentence2\tscore\n" + rows + "alpha\tbeta\tnan\n", "line 42: label 'nan' is not a finite"),
+        ("classification", "text\tlabel\n" + "".join(f"a {i}\t{i % 2}\n" for i in range(40)) + "a\t \n",
+         "line 42: no label (the column 'label' is empty)"),
+    ]:
+        (tmp_path / "train.tsv").write_text(train)
+        argv = ["finetune", "--task", task, "--train", str(tmp_path / "train.tsv"), "--dev", str(dev), "--model",
+                f"{CHECKPOINTS}/bert", "--out", str(tmp_path / task), "--epochs", "1", "--batch-size", "8",
+                "--max-seq-length", "32"]
+        assert main(argv) == 2
+        one_line_error(capsys, f"{tmp_path / 'train.tsv'}, {expected}")
 
 
 # ---- training that goes wrong --------------------------------------------------------------------

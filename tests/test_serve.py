@@ -19,7 +19,8 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 from starlette.testclient import TestClient  # noqa: E402
 
-from bertforge.serve.app import MAX_TEXTS, create_app  # noqa: E402
+from bertforge.serve.app import create_app  # noqa: E402
+from bertforge.serve.limits import Limits  # noqa: E402
 from bertforge.serve.batcher import Batcher  # noqa: E402
 from bertforge.serve.engine import Engine  # noqa: E402
 
@@ -121,7 +122,7 @@ def test_attention_equals_transformers(models):
     ("/fill-mask", {"text": "a [MASK]", "colour": "red"}, 422, "unknown field 'colour'"),
     ("/fill-mask", {"text": "a [MASK]", "texts": ["b [MASK]"]}, 422, "not both"),
     ("/fill-mask", {"text": "a [MASK]", "top_k": 0}, 422, '"top_k"'),
-    ("/fill-mask", {"texts": ["a [MASK]"] * (MAX_TEXTS + 1)}, 413, "the limit is"),
+    ("/fill-mask", {"texts": ["a [MASK]"] * (Limits().texts + 1)}, 413, "the limit is"),
     ("/fill-mask", {"text": "a [MASK] " + "x" * 30_000}, 413, "characters"),
     ("/fill-mask", [1, 2], 422, "a JSON object"),
     ("/predict", {"text": "a good film"}, 400, "cannot do predict"),

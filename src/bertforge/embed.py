@@ -15,7 +15,7 @@ from .config.base import _read_json
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .formats.hf import load_pretrained, read_config
-from .load import load_tokenizer, read_model
+from .load import load, load_tokenizer, read_model
 from .paths import inside
 from .progress import progress as progress_bar
 from .quantize import for_inference
@@ -173,7 +173,10 @@ class ELMoEmbedder:
     def load(cls, directory: str, config, device: str | torch.device = "cpu", precision: str = "fp32") -> "ELMoEmbedder":
         from .models.elmo import ELMoLanguageModel
 
-        model = read_model(directory, config, family_of(config), ELMoLanguageModel, device)
+        if config.bertforge_task:  # fine-tuned: the biLM inside the task model, frozen, so the pretrained one
+            model = load(directory, device, config=config).model
+        else:
+            model = read_model(directory, config, family_of(config), ELMoLanguageModel, device)
         return cls(model.backbone, load_tokenizer(directory, config), precision=precision)
 
     @property

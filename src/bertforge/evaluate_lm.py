@@ -91,12 +91,14 @@ def word_streams(loaded: Loaded, files, bptt: int, batch_size: int, seed: int, l
     carried, all held out. ELMo's biLM reads a second, reversed stream; a backward AWD-LSTM the
     text reversed."""
     bidirectional = loaded.family.lm == "bidirectional"
-    documents, encode = word_documents(find_files(files), loaded.tokenizer,
+    paths = find_files(files)
+    documents, encode = word_documents(paths, loaded.tokenizer,
                                        loaded.config.max_characters_per_token if bidirectional else None,
                                        layout, text_field)
     words = sum(len(d) for d in documents)
     if words < 2:
-        raise BertforgeError("no text to evaluate: the files hold no words")
+        named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        raise BertforgeError(f"{named}: no text to evaluate ({words} words; a language model needs 2 at least)")
     rows = max(1, min(batch_size, words // (bptt + 1)))  # each stream one chunk long at least
     bptt = min(bptt, words // rows - 1)
     data = LMStreams(documents, rows, bptt, seed, eval_fraction=0.0, variable=False, bidirectional=bidirectional,

@@ -75,9 +75,11 @@ def read_model(directory: str, config, family: Family, build=None, device: str |
 
 
 def load_tokenizer(directory: str, config=None):
-    """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`)."""
-    if os.path.exists(os.path.join(directory, WORDS_FILE)):
-        native.check_words(directory, config or read_config(directory))
+    """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`) for
+    the families that read words (so that its absence is said as such)."""
+    config = config or read_config(directory)
+    if family_of(config).vocab_kind == "words":
+        native.check_words(directory, config)
         return WordVocab.from_pretrained(directory)
     return Tokenizer.from_pretrained(directory)
 

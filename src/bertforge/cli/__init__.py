@@ -1,7 +1,10 @@
 """The `bertforge` command: a thin table of subcommands over the Python API.
 
 Each subcommand is one module here: `add_command` declares its flags, `run` calls one function;
-everything it does can be done from Python. `main` is the one error boundary.
+everything it does can be done from Python. `main` is the one error boundary: every failure is one
+line on standard error, exit code 2 for a problem with the input or the machine (a file, a value,
+a full disk, memory), 1 for an error bertforge did not foresee (a bug, to report); `--debug` or
+BERTFORGE_DEBUG=1 shows the traceback instead. Warnings are one line too.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from ..checks import check_options
 from ..errors import BertforgeError
@@ -52,7 +56,18 @@ def _subcommands(parser: argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = argparse.Namespace(debug="--debug" in argv)  # what the error boundary reads until the parse
+    # what the error boundary reads until the parse
+    args = argparse.Namespace(debug="--debug" in argv or os.environ.get("BERTFORGE_DEBUG") == "1")
+    plain = warnings.formatwarning
+    if not args.debug:
+        warnings.formatwarning = one_line_warning
+    try:
+        return _run(argv, args)
+    finally:
+        warnings.formatwarning = plain
+
+
+def _run(argv: list[str], args: argparse.Namespace) -> int:
     try:
         parser = build_parser()
         config_defaults(parser, argv)
@@ -71,12 +86,20 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `bertforge predict ... | head`: the reader left; nothing to say
         sys.stderr.close()
         return 0
-    except Exception as e:  # the one error boundary: one line and exit 2, a traceback only with --debug
-        if getattr(args, "debug", False):
+    except Exception as e:  # the one error boundary: one line, a traceback only with --debug
+        if getattr(args, "debug", False) or os.environ.get("BERTFORGE_DEBUG") == "1":
             raise
-        print(f"bertforge: error: {describe(e)}", file=sys.stderr)
-        return 2
+        message, code = describe(e)
+        print(f"bertforge: error: {message}", file=sys.stderr)
+        return code
     return 0
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as one line, without the file and source line Python's format adds (they name our
+    code, not the user's input)."""
+    kind = "" if category is UserWarning else f"{category.__name__}: "
+    return f"bertforge: warning: {kind}{' '.join(str(message).split())}\n"
 
 
 def _version() -> str:
@@ -96,12 +119,16 @@ def model_directory(path: str) -> str:
     return path
 
 
-def describe(e: Exception) -> str:
-    """One line for any exception: ours as written; a file system error with its file; anything
-    else (a native library, a bug) with its type and the hint to see more."""
+def describe(e: Exception) -> tuple[str, int]:
+    """One line for any exception, and the exit code: ours as written; a file system error with its
+    file, or memory running out (2: the input or the machine); anything else is an error bertforge
+    did not foresee (1: a bug), with its type and what to do."""
+    message = " ".join(str(e).split())
     if isinstance(e, BertforgeError):
-        return str(e)
-    if isinstance(e, OSError) and e.filename:
-        return f"{e.filename}: {e.strerror or e}"
-    message = " ".join(str(e).split()) or "no message"
-    return f"{type(e).__name__}: {message} (--debug shows where)"
+        return str(e), 2
+    if isinstance(e, OSError):
+        return (f"{e.filename}: " if e.filename else "") + (e.strerror or message or type(e).__name__), 2
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":  # torch's is a RuntimeError
+        return f"out of memory ({message or type(e).__name__}): try a smaller --batch-size", 2
+    return (f"{type(e).__name__}: {message or 'no message'}. This is a bug in bertforge: please report it, with "
+            "the traceback that --debug (or BERTFORGE_DEBUG=1) shows"), 1

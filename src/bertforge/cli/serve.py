@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import BertforgeError
+from ..serve.limits import Limits
 from .common import HelpFormatter, add_device, resolve_device
 
 
@@ -17,6 +18,21 @@ def add_command(commands) -> None:
     sv.add_argument("--max-wait-ms", type=float, default=0.0,
                     help="how long a request waits for others to share its model call (0: requests that "
                          "arrive while a call runs share the next one; a lone request never waits)")
+    # What one request may cost; over a limit, it gets a 413 saying which and by how much.
+    limits = sv.add_argument_group("limits of one request")
+    limits.add_argument("--max-texts", type=int, default=Limits.texts, help="texts, or examples, in one request")
+    limits.add_argument("--max-tokens", type=int, default=Limits.tokens,
+                        help="tokens the model reads for one request: every text, every choice with its context, "
+                             "every window of a long QA context")
+    limits.add_argument("--max-choices", type=int, default=Limits.choices,
+                        help="choices of one multiple-choice example")
+    limits.add_argument("--max-answer-mb", type=float, default=Limits.answer_bytes / 1e6,
+                        help="estimated size of one answer, in MB (fill-mask: masks x top_k x length; "
+                             "attention: layers x heads x length^2)")
+    limits.add_argument("--read-timeout", type=float, default=Limits.read_seconds,
+                        help="seconds a client has to send a request's head, and then its body")
+    limits.add_argument("--keep-alive", type=float, default=Limits.keep_alive_seconds,
+                        help="seconds an idle connection stays open between requests")
     add_device(sv)
     sv.set_defaults(func=run)
 
@@ -27,6 +43,9 @@ def run(args) -> None:
         import uvicorn  # noqa: F401
     except ImportError:
         raise BertforgeError("bertforge serve needs starlette and uvicorn: pip install 'bertforge[serve]'") from None
-    from ..serve.app import serve
+    from ..serve.server import serve
 
-    serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms)
+    limits = Limits(texts=args.max_texts, tokens=args.max_tokens, choices=args.max_choices,
+                    answer_bytes=round(args.max_answer_mb * 1e6), read_seconds=args.read_timeout,
+                    keep_alive_seconds=args.keep_alive)
+    serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms, limits)

@@ -79,8 +79,13 @@ class HFConfig:
             _check(_is_number(value) and value > 0, name, "a positive number", value)
 
     def _check_heads(self) -> None:
+        if self.architectures == []:  # said nothing: the family's own default (its encoder), as when left out
+            field = next(f for f in dataclasses.fields(self) if f.name == "architectures")
+            self.architectures = field.default_factory()
         _check(isinstance(self.architectures, list) and all(isinstance(a, str) for a in self.architectures),
                "architectures", "a list of class names", self.architectures)
+        _check(self.bertforge_task is None or isinstance(self.bertforge_task, dict), "bertforge_task",
+               "an object (the task a model was fine-tuned for, as bertforge finetune writes it)", self.bertforge_task)
         if self.id2label is not None:
             # JSON object keys are strings: "0" -> 0.
             _check(isinstance(self.id2label, dict) and all(str(k).isdigit() for k in self.id2label),

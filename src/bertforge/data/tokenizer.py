@@ -30,6 +30,7 @@ from tokenizers.models import BPE, WordPiece
 
 from ..atomic import raise_naming
 from .corpus import corpus_sentences, find_files
+from .words import FILE as WORDS_FILE
 from ..errors import BertforgeError
 from ..progress import Timed, is_terminal
 
@@ -272,6 +273,9 @@ class Tokenizer:
             return cls.from_vocab(vocab_txt, lowercase, strip_accents, split_cjk, max_length)
         tokenizer_json = os.path.join(directory, "tokenizer.json")
         if not os.path.exists(tokenizer_json):
+            if os.path.exists(os.path.join(directory, WORDS_FILE)):  # ELMo's or AWD-LSTM's: not "nothing here"
+                raise BertforgeError(f"{directory}: a word vocabulary ({WORDS_FILE}, of an ELMo or AWD-LSTM model), "
+                                     "not a sub-word tokenizer (vocab.txt or tokenizer.json)")
             raise BertforgeError(f"{directory}: no tokenizer here (neither vocab.txt nor tokenizer.json)")
         try:
             backend = Backend.from_file(tokenizer_json)

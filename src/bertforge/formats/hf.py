@@ -346,8 +346,11 @@ def _layout(name: str, tensor: torch.Tensor, config, to_hf: bool) -> torch.Tenso
 
 
 def has_masked_lm_head(config) -> bool:
-    """Whether a saved checkpoint's HF class carries a masked-LM head (`...ForMaskedLM`, `...ForPreTraining`)."""
-    return any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in config.architectures or ())
+    """Whether a saved checkpoint's HF class carries a masked-LM head (`...ForMaskedLM`, `...ForPreTraining`).
+    Not ELECTRA's `ElectraForPreTraining`: the discriminator, whose head tells replaced tokens apart
+    (its generator, saved beside it, is the masked LM)."""
+    return any(a.endswith(("ForMaskedLM", "ForPreTraining")) and a != "ElectraForPreTraining"
+               for a in config.architectures or ())
 
 
 def read_config(directory: str) -> BertConfig | ModernBertConfig:

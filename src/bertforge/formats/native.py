@@ -113,8 +113,14 @@ def parameter_count(directory: str) -> int:
     """How many numbers the checkpoint holds (a tied weight once), read from its header alone."""
     from safetensors import safe_open
 
-    with safe_open(os.path.join(directory, WEIGHTS), "pt") as f:
-        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    path = os.path.join(directory, WEIGHTS)
+    try:
+        with safe_open(path, "pt") as f:
+            return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: no such file") from None
+    except Exception as e:  # SafetensorError: a header truncated or corrupt
+        raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
 
 
 def read_config(directory: str):

@@ -118,7 +118,10 @@ class ModernBert(nn.Module):
         rotary = {kind: rotary_halves(given[..., None, None], config.head_size, rope["rope_theta"])
                   for kind, rope in config.rope_parameters.items()}
         padding = None
-        if attention_mask is not None and not (input_ids.device.type == "cpu" and bool(attention_mask.all())):
+        # Without padding the mask can be left out (a shortcut on the CPU, where the test is free); an
+        # exported graph cannot branch on its input's values, so it always applies the mask.
+        shortcut = input_ids.device.type == "cpu" and not torch.compiler.is_exporting()
+        if attention_mask is not None and not (shortcut and bool(attention_mask.all())):
             padding = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): True may attend
         masks = {"full_attention": padding}
         if "sliding_attention" in config.layer_types:

@@ -2,9 +2,10 @@
 from many clients batched together, and the page at `/`.
 
 Every request body is parsed and checked here, by hand, so that every bad request gets one line
-of explanation: {"error": "..."} with 400 (not JSON, a task the model cannot do), 413 (too large)
-or 422 (a field missing, unknown, of the wrong type, empty or too long). An error inside the model
-is a 500 for that request only; the service goes on.
+of explanation: {"error": "..."} with 400 (not JSON, a task the model cannot do), 408 (a body that
+did not arrive in time), 413 (too large, or costing more than the limits allow: see `limits.py`;
+then also "limit", "requested" and "allowed") or 422 (a field missing, unknown, of the wrong type,
+empty or too long). An error inside the model is a 500 for that request only; the service goes on.
 """
 
 from __future__ import annotations
@@ -17,18 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import BertforgeError
 from .batcher import Batcher
 from .engine import Engine
-
-MAX_BODY = 1_000_000  # bytes per request
-MAX_TEXTS = 64  # texts (or examples) per request
-MAX_CHARS = 20_000  # characters per text; tokens beyond the model's positions are cut and said so
-MAX_TOP_K = 50
+from .limits import Limits, OverLimit, check_cost
 
 
 class RequestError(Exception):
@@ -52,7 +49,7 @@ FIELDS = {
 KIND_NAMES = {str: "a string", list: "a list", int: "an integer"}
 
 
-def check_fields(body, fields: dict, where: str = "the body") -> dict:
+def check_fields(body, fields: dict, limits: Limits, where: str = "the body") -> dict:
     if not isinstance(body, dict):
         raise RequestError(f"{where} must be a JSON object")
     unknown = sorted(set(body) - set(fields))
@@ -67,21 +64,26 @@ def check_fields(body, fields: dict, where: str = "the body") -> dict:
         if not isinstance(value, kind) or isinstance(value, bool):
             raise RequestError(f'"{name}" must be {KIND_NAMES[kind]}')
         if kind is str:
-            check_text(value, name)
+            check_text(value, name, limits)
     return body
 
 
-def check_text(value, name: str) -> str:
+def check_text(value, name: str, limits: Limits) -> str:
     if not isinstance(value, str):
         raise RequestError(f'"{name}" must hold strings')
     if not value.strip():
         raise RequestError(f'"{name}" is empty')
-    if len(value) > MAX_CHARS:
-        raise RequestError(f'"{name}" has {len(value):,} characters; the limit is {MAX_CHARS:,}', 413)
+    if len(value) > limits.chars:
+        raise RequestError(f'"{name}" has {len(value):,} characters; the limit is {limits.chars:,}', 413)
+    try:  # JSON's \ud800 escapes parse to lone surrogates, which no tokenizer (nor UTF-8) takes
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(f'"{name}" holds a lone surrogate (\\u{ord(value[e.start]):04x} at character {e.start}), '
+                           "not a Unicode character", 400) from None
     return value
 
 
-def texts_of(body: dict) -> tuple[list[str], bool]:
+def texts_of(body: dict, limits: Limits) -> tuple[list[str], bool]:
     """The request's texts, and whether it sent a list (the answer is then a list too)."""
     if ("text" in body) == ("texts" in body):
         raise RequestError('give "text" (one string) or "texts" (a list of strings), not both or neither')
@@ -90,14 +92,15 @@ def texts_of(body: dict) -> tuple[list[str], bool]:
     texts = body["texts"]
     if not texts:
         raise RequestError('"texts" is empty')
-    if len(texts) > MAX_TEXTS:
-        raise RequestError(f'"texts" has {len(texts)} entries; the limit is {MAX_TEXTS}', 413)
-    return [check_text(t, f"texts[{i}]") for i, t in enumerate(texts)], True
+    if len(texts) > limits.texts:
+        raise RequestError(f'"texts" has {len(texts)} entries; the limit is {limits.texts} '
+                           "(bertforge serve --max-texts)", 413)
+    return [check_text(t, f"texts[{i}]", limits) for i, t in enumerate(texts)], True
 
 
-def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0) -> Starlette:
+def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0, limits: Limits = Limits()) -> Starlette:
     """The service for `engine`: see the module docstring and the README's "Serve" section."""
-    service = Service(engine, max_batch, max_wait_ms)
+    service = Service(engine, max_batch, max_wait_ms, limits)
     routes = [Route("/", page), Route("/health", health), Route("/info", service.info)]
     for name, handler in (("fill-mask", service.fill_mask), ("embed", service.embed), ("predict", service.predict),
                           ("attention", service.attention), ("tokens", service.tokens)):
@@ -108,12 +111,14 @@ def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0) ->
 
 
 class Service:
-    """What the endpoints share: the engine, the one thread that calls the model, and the batchers
-    that answer concurrent requests with one model call."""
+    """What the endpoints share: the engine, the one thread that calls the model, the one that
+    estimates what requests cost, and the batchers that answer concurrent requests with one model
+    call."""
 
-    def __init__(self, engine: Engine, max_batch: int, max_wait_ms: float):
-        self.engine, self.max_batch, self.max_wait_ms = engine, max_batch, max_wait_ms
+    def __init__(self, engine: Engine, max_batch: int, max_wait_ms: float, limits: Limits):
+        self.engine, self.max_batch, self.max_wait_ms, self.limits = engine, max_batch, max_wait_ms, limits
         self.executor = ThreadPoolExecutor(max_workers=1)  # one model call at a time; torch uses the cores inside it
+        self.checks = ThreadPoolExecutor(max_workers=1)  # requests' costs, estimated while the model runs
         self.batchers = {"fill-mask": Batcher(self.run_fill, self.executor, max_batch, max_wait_ms / 1000),
                          "embed": Batcher(self.run_embed, self.executor, max_batch, max_wait_ms / 1000),
                          "predict": Batcher(engine.predict, self.executor, max_batch, max_wait_ms / 1000)}
@@ -146,43 +151,59 @@ class Service:
             self.engine.require(endpoint)
         except BertforgeError as e:
             raise RequestError(str(e), 400) from None
+        limit = self.limits.body_bytes
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > MAX_BODY:
-            raise RequestError(f"the body has {int(declared):,} bytes; the limit is {MAX_BODY:,}", 413)
-        raw = bytearray()
-        async for chunk in request.stream():  # counted as it comes: a missing or false length cannot pass
-            raw += chunk
-            if len(raw) > MAX_BODY:
-                raise RequestError(f"the body is over the limit of {MAX_BODY:,} bytes", 413)
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise RequestError(f"the body has {int(declared):,} bytes; the limit is {limit:,}", 413)
+        try:  # a client that stalls mid-body would otherwise hold its connection forever
+            raw = await asyncio.wait_for(self.read_body(request), self.limits.read_seconds)
+        except asyncio.TimeoutError:
+            raise RequestError(f"the body did not arrive within {self.limits.read_seconds:g} s "
+                               "(bertforge serve --read-timeout)", 408) from None
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RequestError(f"the body is not valid JSON ({getattr(e, 'msg', e)})", 400) from None
-        return check_fields(body, FIELDS[endpoint])
+        except RecursionError:  # Python's parser recurses once per level: [[[[...]]]] a hundred thousand deep
+            raise RequestError("the body is nested too deeply to read (no field of this service nests)", 400) from None
+        return check_fields(body, FIELDS[endpoint], self.limits)
 
-    async def in_thread(self, function, *args):
+    async def read_body(self, request: Request) -> bytearray:
+        raw = bytearray()
+        async for chunk in request.stream():  # counted as it comes: a missing or false length cannot pass
+            raw += chunk
+            if len(raw) > self.limits.body_bytes:
+                raise RequestError(f"the body is over the limit of {self.limits.body_bytes:,} bytes", 413)
+        return raw
+
+    async def in_thread(self, function, *args, executor=None):
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+            return await asyncio.get_running_loop().run_in_executor(executor or self.executor, function, *args)
         except BertforgeError as e:
             raise RequestError(str(e)) from None
 
+    async def check_cost(self, estimate, *args, smaller: str = "fewer or shorter texts") -> None:
+        """`estimate(*args)` (an `Engine.*_cost`) within the limits, or a 413."""
+        check_cost(await self.in_thread(estimate, *args, executor=self.checks), self.limits, smaller)
+
     async def fill_mask(self, request: Request):
         body = await self.body_of(request, "fill-mask")
-        texts, many = texts_of(body)
+        texts, many = texts_of(body, self.limits)
         top_k = body.get("top_k", 5)
-        if not 1 <= top_k <= MAX_TOP_K:
-            raise RequestError(f'"top_k" must be from 1 to {MAX_TOP_K}, got {top_k}')
-        for text in texts:
-            await self.in_thread(self.engine.check_fill_mask, text)
+        if not 1 <= top_k <= self.limits.top_k:
+            raise RequestError(f'"top_k" must be from 1 to {self.limits.top_k}, got {top_k}')
+        await self.check_cost(self.engine.fill_mask_cost, texts, top_k,
+                              smaller="fewer [MASK]s, a smaller top_k or shorter texts")
         answers = await self.batchers["fill-mask"]([(t, top_k) for t in texts])
         return answers if many else answers[0]
 
     async def embed(self, request: Request):
         body = await self.body_of(request, "embed")
-        texts, many = texts_of(body)
+        texts, many = texts_of(body, self.limits)
         pooling = body.get("pooling", "mean")
         if pooling not in ("mean", "cls"):
             raise RequestError(f'"pooling" must be "mean" or "cls", got {pooling!r}')
+        await self.check_cost(self.engine.embed_cost, texts)
         answers = await self.batchers["embed"]([(t, pooling) for t in texts])
         return answers if many else answers[0]
 
@@ -193,26 +214,34 @@ class Service:
             if len(body) > 1:
                 raise RequestError('"inputs" comes alone: a list of examples, each with the fields of one')
             requests = body["inputs"]
-            if not requests or len(requests) > MAX_TEXTS:
-                raise RequestError(f'"inputs" must hold 1 to {MAX_TEXTS} examples, got {len(requests)}',
+            if not requests or len(requests) > self.limits.texts:
+                raise RequestError(f'"inputs" must hold 1 to {self.limits.texts} examples, got {len(requests)}',
                                    413 if requests else 422)
             fields = {k: v for k, v in FIELDS["predict"].items() if k != "inputs"}
-            requests = [check_fields(r, fields, f"inputs[{i}]") for i, r in enumerate(requests)]
+            requests = [check_fields(r, fields, self.limits, f"inputs[{i}]") for i, r in enumerate(requests)]
         else:
             requests = [body]
-        examples = []
-        for r in requests:
-            for i, choice in enumerate(r.get("choices", ())):
-                check_text(choice, f"choices[{i}]")
-            try:
-                examples.append(self.engine.example(r))
-            except BertforgeError as e:
-                raise RequestError(str(e)) from None
+        examples = [self.example(r) for r in requests]
+        await self.check_cost(self.engine.predict_cost, examples, smaller="fewer or shorter texts, contexts or choices")
         answers = await self.batchers["predict"](examples)
         return answers if many else answers[0]
 
+    def example(self, request: dict) -> dict:
+        choices = request.get("choices", ())
+        if len(choices) > self.limits.choices:
+            raise RequestError(f'"choices" has {len(choices):,} entries; the limit is {self.limits.choices} '
+                               "(bertforge serve --max-choices)", 413)
+        for i, choice in enumerate(choices):
+            check_text(choice, f"choices[{i}]", self.limits)
+        try:
+            return self.engine.example(request)
+        except BertforgeError as e:
+            raise RequestError(str(e)) from None
+
     async def attention(self, request: Request):
         body = await self.body_of(request, "attention")
+        await self.check_cost(self.engine.attention_cost, body["text"], body.get("pair"),
+                              smaller="a shorter text: the answer grows with the square of its tokens")
         return await self.in_thread(self.engine.attention, body["text"], body.get("pair"))
 
     async def tokens(self, request: Request):
@@ -221,8 +250,7 @@ class Service:
 
     async def info(self, request: Request):
         return JSONResponse({**self.engine.info(), "limits": {
-            "max_body_bytes": MAX_BODY, "max_texts": MAX_TEXTS, "max_chars": MAX_CHARS, "max_batch": self.max_batch,
-            "max_wait_ms": self.max_wait_ms}})
+            **self.limits.as_dict(), "max_batch": self.max_batch, "max_wait_ms": self.max_wait_ms}})
 
 
 def endpoint(handler):
@@ -231,8 +259,14 @@ def endpoint(handler):
     async def respond(request: Request):
         try:
             return JSONResponse(await handler(request))
-        except RequestError as e:
-            return JSONResponse({"error": str(e)}, status_code=e.status)
+        except RequestError as e:  # after a 408 the rest of the body may still come: close instead
+            return JSONResponse({"error": str(e)}, status_code=e.status,
+                                headers={"Connection": "close"} if e.status == 408 else None)
+        except ClientDisconnect:  # the client left mid-body: no one to answer
+            return Response(status_code=400)
+        except OverLimit as e:
+            return JSONResponse({"error": str(e), "limit": e.limit, "requested": e.requested, "allowed": e.allowed},
+                                status_code=413)
         except BertforgeError as e:
             return JSONResponse({"error": str(e)}, status_code=422)
         except Exception as e:  # a bug: this request fails, the service goes on
@@ -247,14 +281,3 @@ async def health(request: Request):
 
 async def page(request: Request):
     return HTMLResponse(resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8"))
-
-
-def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu", max_batch: int = 32,
-          max_wait_ms: float = 0.0) -> None:
-    """Load the model in `directory` and serve it until interrupted."""
-    import uvicorn
-
-    engine = Engine(directory, device)
-    app = create_app(engine, max_batch, max_wait_ms)
-    print(f"serving {directory} ({', '.join(engine.abilities)}) at http://{host}:{port}/", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -3,12 +3,16 @@ attention, each over a list of requests at a time (the service batches requests 
 into one call). No web code here: the same functions are what the tests and `benchmarks/serve.py`
 call directly.
 
-Each request is validated on its own (`check_*`), before it joins a batch, so that one bad text
-costs its own client a 4xx and never fails the others' answers.
+Each request is validated on its own, and its cost estimated (`*_cost`), before it joins a batch,
+so that one bad or too costly text costs its own client a 4xx and never fails the others' answers.
+A tokenizer's truncation is a setting of the tokenizer, not of the call, so the estimates use a
+copy of it (`checker`): the service runs them in a thread of their own, beside the model's, and a
+request is checked while another's model call runs.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 
 import torch
@@ -22,6 +26,7 @@ from ..load import load
 from ..models.bert import Bert
 from ..predictor import answers, example
 from ..tasks.common import token_types
+from .limits import Cost
 
 
 class Engine:
@@ -49,6 +54,10 @@ class Engine:
             self.tokenizer = self.embedder.tokenizer
         self.encoder = self.embedder.model
         self.max_length = config.max_length
+        self.checker = copy.deepcopy(self.tokenizer)  # the cost estimates' own
+        if self.fill is not None:  # the same checks of the masks, with the checker's tokenizer
+            self.fill_checker = copy.copy(self.fill)
+            self.fill_checker.tokenizer = self.checker
 
     # ---- what the model is -------------------------------------------------------------------
 
@@ -94,11 +103,48 @@ class Engine:
     def truncated(self, text: str, pair: str | None = None) -> bool:
         return self.tokenizer.encode(text, pair, max_length=self.max_length).truncated
 
+    # ---- what a request costs: the service checks it against its limits before any work ---------
+    # Answer sizes are in bytes of JSON, from what each answer holds (measured on tiny models): a
+    # candidate is ~70 bytes beside its sentence, a vector ~12 bytes a number, an attention
+    # probability (4 decimals) at most 7, a prediction ~20 bytes a token beside its text and labels.
+
+    def fill_mask_cost(self, texts: list[str], top_k: int) -> Cost:
+        """Each candidate comes with its whole sentence, so masks x top_k x length."""
+        self.require("fill-mask")
+        tokens = answer = 0
+        for text in texts:
+            encoding = self.fill_checker.encode(text)  # raises when no [MASK] is left within the model's positions
+            masks = encoding.ids.count(self.checker.mask_id)
+            read = max((end for _, end in encoding.offsets), default=0)  # the characters within the positions
+            tokens += len(encoding.ids)
+            # the sentence is the text with this mask filled (the others dropped): at most its characters
+            answer += masks * min(top_k, self.config.vocab_size) * (70 + read)
+        return Cost(tokens, answer)
+
+    def embed_cost(self, texts: list[str]) -> Cost:
+        limit = self.embedder.max_length or self.max_length
+        tokens = sum(len(e.ids) for e in self.checker.encode_batch(texts, max_length=limit))
+        return Cost(tokens, len(texts) * (12 * self.config.hidden_size + 40))
+
+    def predict_cost(self, examples: list[dict]) -> Cost:
+        """Every window of a long QA context and every choice with its context are read."""
+        tokens = answer = 0
+        for ex in examples:
+            features, _ = self.task.featurize([ex], self.checker, self.names)
+            read = sum(_tokens_read(f["ids"]) for f in features)
+            tokens += read
+            answer += 100 + 2 * _characters(ex) + 20 * read + 40 * len(self.names or ())
+        return Cost(tokens, answer)
+
+    def attention_cost(self, text: str, pair: str | None = None) -> Cost:
+        """layers x heads x length^2 probabilities."""
+        self.require("attention")
+        length = len(self.checker.encode(text, pair, max_length=self.max_length).ids)
+        config = self.config
+        return Cost(length, 7 * config.num_hidden_layers * config.num_attention_heads * length ** 2 + 60 * length)
+
     # ---- fill-mask ---------------------------------------------------------------------------
 
-    def check_fill_mask(self, text: str) -> None:
-        self.require("fill-mask")
-        self.fill.encode(text)  # raises when no [MASK] is left within the model's positions
 
     def fill_mask(self, texts: list[str], top_k: int) -> list[dict]:
         masks = self.fill.fill(texts, top_k)
@@ -139,6 +185,23 @@ class Engine:
         batch["token_type_ids"] = token_types(self.encoder, batch["token_type_ids"])
         with torch.no_grad():
             attentions = self.encoder(**batch, output_attentions=True).attentions
-        seen["attentions"] = torch.stack(attentions)[:, 0].float().cpu().round(decimals=4).tolist()  # (L, N, T, T)
+        # rounded in float64: a float32 rounded to 4 decimals is no shorter in JSON (0.1234000027179718)
+        seen["attentions"] = torch.stack(attentions)[:, 0].double().cpu().round(decimals=4).tolist()  # (L, N, T, T)
         return seen
+
+
+def _tokens_read(ids: list) -> int:
+    """The tokens of one feature: a list of ids, or one list per choice."""
+    return sum(map(len, ids)) if ids and isinstance(ids[0], list) else len(ids)
+
+
+def _characters(value) -> int:
+    """The characters of the strings in an example (its text, words, choices)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_characters(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_characters(v) for v in value)
+    return 0
 

@@ -7,6 +7,7 @@ names in `config.json`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -65,11 +66,16 @@ class ClassificationTask:
             example = {"text": text, "pair": pair, "where": place(path, number)}
             if with_labels:
                 label = column_of(path, number, record, self.label_column)
+                if label is None or isinstance(label, str) and not label.strip():  # not a class called "None"
+                    raise BertforgeError(f"{place(path, number)}: no label (the column {self.label_column!r} is empty)")
                 if self.regression:
                     try:
-                        label = float(label)
+                        value = float(label)
                     except (TypeError, ValueError):
                         raise BertforgeError(f"{place(path, number)}: label {label!r} is not a number") from None
+                    if not math.isfinite(value):  # else the loss turns NaN and the learning rate is blamed
+                        raise BertforgeError(f"{place(path, number)}: label {label!r} is not a finite number")
+                    label = value
                 else:
                     label = str(label)
                     if self.names and self.labels and label in self.labels:

@@ -1,0 +1,91 @@
+"""Running the service: its socket bound before anything is said (a taken port is one line, not a
+"serving ..." followed by uvicorn's message), uvicorn with the service's time limits, and
+connections that stall before sending a request closed."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from ..errors import BertforgeError
+from .app import create_app
+from .engine import Engine
+from .limits import Limits
+
+
+def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, device="cpu",
+          max_batch: int = 32, max_wait_ms: float = 0.0, limits: Limits = Limits()) -> None:
+    """Load the model in `directory` and serve it until interrupted."""
+    import uvicorn
+
+    sock = listen(host, port)  # before the model loads: a taken port is said at once
+    try:
+        engine = Engine(directory, device)
+        app = create_app(engine, max_batch, max_wait_ms, limits)
+        print(f"serving {directory} ({', '.join(engine.abilities)}) at http://{host}:{port}/", flush=True)
+        uvicorn.Server(uvicorn_config(app, limits)).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` (uvicorn listens on it), or one line saying why not."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart need not wait out TIME_WAIT
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        reason = e.strerror or str(e)
+        if e.errno == errno.EADDRINUSE:
+            reason += ": another server listens there; choose another --port"
+        raise BertforgeError(f"cannot listen on {host}:{port} ({reason})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_config(app, limits: Limits, **options):
+    """uvicorn's settings for `app`: `limits`' keep-alive and read timeouts, warnings only."""
+    import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    options = {"log_level": "warning", **options}
+    return uvicorn.Config(app, http=closing_stalled(AutoHTTPProtocol, limits.read_seconds),
+                          timeout_keep_alive=limits.keep_alive_seconds, **options)
+
+
+def closing_stalled(base: type, seconds: float) -> type:
+    """uvicorn's HTTP protocol `base`, closing a connection whose request head has not arrived within
+    `seconds` of connecting or of the previous answer. uvicorn bounds only an idle kept-alive
+    connection, and only until its first byte: a client that sends nothing, or a head a byte at a
+    time, would hold its connection forever. (The body's deadline is the app's: `Service.body_of`.)"""
+
+    class Protocol(base):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._await_head()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            self._await_head()
+
+        def connection_lost(self, exc):
+            deadline = getattr(self, "_head_deadline", None)
+            if deadline is not None:
+                deadline.cancel()
+            super().connection_lost(exc)
+
+        def _await_head(self):
+            awaited = self.cycle  # a new request replaces it once its head is read
+
+            def expire():
+                waiting = self.cycle is awaited and (awaited is None or awaited.response_complete)
+                if waiting and not self.transport.is_closing():
+                    self.transport.close()
+
+            deadline = getattr(self, "_head_deadline", None)
+            if deadline is not None:
+                deadline.cancel()
+            self._head_deadline = self.loop.call_later(seconds, expire)
+
+    return Protocol
