@@ -156,13 +156,13 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
     held_out = [r["eval"] for r in read_metrics(str(out)) if r.get("eval")][-1]
     assert held_out["lm_loss"] < records[0]["lm_loss"] - 0.5  # on held-out documents too
     run_config = json.loads((out / "run_config.json").read_text())
-    assert run_config["positions"] == "absolute" and run_config["masking"]["mask_prob"] == 0.0
+    assert run_config["positions"] == "rotary" and run_config["masking"]["mask_prob"] == 0.0  # the recipe's
     assert run_config["layer_norm"] == "pre"  # the small-budget recipe's: GPT-2's order
     model = out / "model"
     assert Tokenizer.from_pretrained(str(model)).kind == "bpe"  # GPT-1's vocabulary by default
     config = load_config(str(model))
-    assert config.architectures == ["GPT2LMHeadModel"] and config.n_layer == gpt_preset("bert-tiny").n_layer
-    theirs, info = transformers.GPT2LMHeadModel.from_pretrained(model, output_loading_info=True)
+    assert config.architectures == ["GPTNeoXForCausalLM"] and config.n_layer == gpt_preset("bert-tiny").n_layer
+    theirs, info = transformers.GPTNeoXForCausalLM.from_pretrained(model, output_loading_info=True)
     assert not any(info.values()), info
     capsys.readouterr()
 
@@ -207,7 +207,10 @@ def test_layer_order_is_the_recipes_or_chosen_and_saved_as_its_hf_type(tmp_path,
             str(tmp_path / "cache"), "--quiet", "--steps", "2"]
     common = [*data, "--preset", "bert-tiny", "--vocab-size", "100"]
     assert main(["pretrain", "--objective", "gpt", "--layer-norm", "post", "--out", str(tmp_path / "gpt1"),
-                 *common]) == 0
+                 *common]) == 2  # GPT-1's order has no rotary positions: refused before any work
+    assert "add --positions absolute" in capsys.readouterr().err
+    assert main(["pretrain", "--objective", "gpt", "--layer-norm", "post", "--positions", "absolute", "--out",
+                 str(tmp_path / "gpt1"), *common]) == 0
     assert load_config(str(tmp_path / "gpt1" / "model")).architectures == ["OpenAIGPTLMHeadModel"]
     assert json.loads((tmp_path / "gpt1" / "run_config.json").read_text())["layer_norm"] == "post"
     capsys.readouterr()
@@ -239,9 +242,9 @@ def test_resume_equals_uninterrupted_and_keeps_the_runs_layer_order(tmp_path):
                      "--log-every", "2", "--eval-every", "4", "--save-every", "4", "--lr", "1e-3", "--precision",
                      "fp32", *extra]) == 0
 
-    run(tmp_path / "straight", "--layer-norm", "post")
+    run(tmp_path / "straight", "--layer-norm", "post", "--positions", "absolute")
     split = tmp_path / "split"
-    run(split, "--layer-norm", "post")
+    run(split, "--layer-norm", "post", "--positions", "absolute")
     shutil.rmtree(split / "model")
     shutil.rmtree(split / "checkpoints" / "step-0000008")
     lines = (split / "metrics.jsonl").read_text().splitlines()

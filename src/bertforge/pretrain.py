@@ -154,6 +154,9 @@ def settings_plan(objective: str, given: dict, *, init: str | None = None, resum
     if start is not None and plan["positions"] != start.positions:
         raise BertforgeError(f"{init}: its positions are {start.positions}; drop --positions {plan['positions']}")
     _check_layer_order(family, plan.get("layer_norm"), start, init)
+    if plan.get("layer_norm") == "post" and plan["positions"] == "rotary":  # checked here, before any work
+        raise BertforgeError("rotary positions come in the pre-LayerNorm order only (saved as GPT-NeoX): drop "
+                             "--layer-norm post, or add --positions absolute for GPT-1's learned table")
     return plan
 
 

@@ -101,8 +101,9 @@ def pretraining_plan(objective: str, given: dict, *, max_minutes: float | None =
         plan.unset(f"checkpoint {init}", "preset")  # the checkpoint is its own size
         plan.layer(f"checkpoint {init}", {"positions": start.positions, "lr": finetuning_lr(start.hidden_size),
                                           "layer_norm": start.layer_norm if choice else None})
-    if saved is not None and choice:  # a run saved before the order was a choice had the paper's
-        plan.layer("resumed run", {"layer_norm": saved.get("layer_norm", family.layer_norms[0])})
+    if saved is not None:  # a resumed run is its own; one saved before the order was a choice had the paper's
+        plan.layer("resumed run", {"positions": saved.get("positions"),
+                                   "layer_norm": saved.get("layer_norm", family.layer_norms[0]) if choice else None})
     return plan.layer(GIVEN, given)
 
 
