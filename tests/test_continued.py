@@ -37,8 +37,8 @@ def test_continued_pretraining_starts_where_the_checkpoint_left_off(tmp_path, ca
     assert run_config["positions"] == "rotary"  # the checkpoint's (a RoFormer), not a recipe's choice
     init = str(first / "model")
     assert run_config["sources"]["positions"] == run_config["sources"]["lr"] == f"checkpoint {init}"
-    assert run_config["sources"]["batch_size"] == run_config["sources"]["mask_prob"] == "given"
-    assert run_config["sources"]["warmup"] == "recipe small-budget" and run_config["preset"] is None
+    assert run_config["sources"]["batch_size"] == "given" and run_config["preset"] is None
+    assert run_config["sources"]["warmup"] == run_config["sources"]["mask_prob"] == "recipe small-budget"
     assert Tokenizer.from_pretrained(str(second / "model")).backend.get_vocab() == \
         Tokenizer.from_pretrained(str(first / "model")).backend.get_vocab()
 

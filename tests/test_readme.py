@@ -242,7 +242,9 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
     elif command == "generate":
         assert lines[0].startswith(argv[2]), lines  # the prompt, then what the model adds
     elif command == "evaluate-lm":
-        assert re.search(r"masked-token accuracy \d+\.\d%, always guessing", out), out
+        # a masked LM's accuracy, or a left-to-right or bidirectional LM's perplexity, beside its baseline
+        assert re.search(r"masked-token accuracy \d+\.\d%, always guessing|perplexity [\d.]+, \w+ frequencies alone",
+                         out), out
     elif command == "fill-mask":
         assert re.match(r"\[MASK\] 1: \S+ \(\d", lines[0]), lines
     elif command == "export":
