@@ -107,8 +107,8 @@ def test_earlier_positions_never_see_later_tokens(model_type):
     assert torch.equal(a[0, :8], b[0, :8]) and not torch.allclose(a[0, 8:], b[0, 8:])
 
 
-@pytest.mark.parametrize("model_type", GPT_ORDERS)
-def test_the_cache_gives_what_the_whole_sequence_gives(model_type):
+@pytest.mark.parametrize("model_type", [*GPT_ORDERS, "gpt_neox"])  # gpt_neox: rotary positions
+def test_the_cache_gives_what_the_whole_sequence_gives_and_nothing_looks_ahead(model_type):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**SMALL, model_type=model_type)).eval()
     ids = torch.randint(5, 99, (2, 12))
@@ -117,8 +117,12 @@ def test_the_cache_gives_what_the_whole_sequence_gives(model_type):
         whole = model(ids).last_hidden_state
         parts = [model(ids[:, :7], cache=cache).last_hidden_state]
         parts += [model(ids[:, t: t + 1], cache=cache).last_hidden_state for t in range(7, 12)]
+        changed = ids.clone()
+        changed[:, 8] = (ids[:, 8] - 4) % 94 + 5
+        after = model(changed).last_hidden_state
     assert cache.length == 12
     assert (torch.cat(parts, dim=1) - whole).abs().max() <= 1e-5
+    assert torch.equal(after[:, :8], whole[:, :8]) and not torch.allclose(after[:, 8:], whole[:, 8:])
 
 
 def test_next_token_batches_pair_each_position_with_the_next_real_token():
