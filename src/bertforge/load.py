@@ -68,6 +68,9 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
 def read_model(directory: str, config, family: Family, build=None, device: str | torch.device = "cpu",
                **options) -> nn.Module:
     """The weights of `directory` in the model `build(config)` makes, read in the family's format."""
+    if family.checkpoint:  # a layout of the family's own (MarianMT's); by default its model
+        own = resolve(family.checkpoint + ":load_model")
+        return own(lambda c: (build or resolve(family.encoder))(c, **options), directory, device, config)
     if family.native:  # bertforge's own layout; by default the model pretraining saved
         build = build or resolve(family.objectives[0].build)
         return native.load_model(lambda c: build(c, **options), directory, device, config)
@@ -78,6 +81,10 @@ def load_tokenizer(directory: str, config=None):
     """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`) for
     the families that read words (so that its absence is said as such)."""
     config = config or read_config(directory)
+    if family_of(config).vocab_kind == "joint":  # one sub-word vocabulary for two languages
+        from .data.parallel import TranslationTokenizer
+
+        return TranslationTokenizer.from_pretrained(directory)
     if family_of(config).vocab_kind == "words":
         native.check_words(directory, config)
         return WordVocab.from_pretrained(directory)
@@ -88,7 +95,7 @@ def count_parameters(directory: str) -> tuple[object, int]:
     """The config of `directory` and how many numbers its model holds (a tied weight once): read from
     the weights file's header for our own format, else from the encoder as loaded."""
     config = read_config(directory)
-    if family_of(config).native:
+    if family_of(config).native or family_of(config).checkpoint:  # a tied weight is stored once
         return config, native.parameter_count(directory)
     model = load_pretrained(directory, config=config)
     return config, sum(p.numel() for p in model.parameters())

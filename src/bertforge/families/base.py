@@ -17,8 +17,9 @@ from typing import Any, Callable
 from ..errors import BertforgeError
 
 # The uses a family may support, beyond pretraining and fine-tuning, and what a model needs for some.
-USES = ("embed", "fill-mask", "generate", "evaluate-lm", "serve", "onnx", "allennlp")
-NEEDS = {"fill-mask": "masked-LM head", "generate": "left-to-right language model", "evaluate-lm": "language-model head"}
+USES = ("embed", "fill-mask", "generate", "evaluate-lm", "translate", "serve", "onnx", "allennlp")
+NEEDS = {"fill-mask": "masked-LM head", "generate": "left-to-right language model", "evaluate-lm": "language-model head",
+         "translate": "decoder over a source sentence"}
 
 
 def resolve(path: str | Callable) -> Any:
@@ -85,7 +86,9 @@ class Family:
     with it. `finetuning_config`: config fields set for fine-tuning (ULMFiT's classifier dropouts);
     `gradual_unfreezing`: unfreeze a layer every half epoch by default; `finetuning_note`: the line
     printed about the fine-tuning defaults (`{lr}`, `{layer_decay}`, `{schedule}`, `{width}`).
-    `input_transforms`: GPT-1's fine-tuning (three new tokens, an auxiliary LM loss). `describe`: a
+    `checkpoint`: the dotted path of a module with `write`, `load` and `load_model` when the family
+    has a checkpoint layout of its own (MarianMT's), else None (`native` or the BERT-like HF
+    layouts of formats/hf.py). `input_transforms`: GPT-1's fine-tuning (three new tokens, an auxiliary LM loss). `describe`: a
     few words for messages.
     """
 
@@ -95,7 +98,7 @@ class Family:
     presets: dict
     objectives: tuple[Objective, ...]
     encoder: str
-    task_model: str
+    task_model: str | None
     finetuning: str
     describe: str
     pipeline: str = "subword"
@@ -112,6 +115,7 @@ class Family:
     gradual_unfreezing: bool = False
     finetuning_note: str = "peak learning rate {lr:g} for an encoder of width {width} (--lr to change)"
     input_transforms: bool = False
+    checkpoint: str | None = None
 
     def supports(self, use: str, source: str) -> None:
         """Nothing when the family has `use`; else one error naming `source` and what it does have."""

@@ -10,6 +10,7 @@ for old `pytorch_model.bin` files, `torch.load(weights_only=True)`): loading nev
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 
 import torch
@@ -18,7 +19,7 @@ from torch import nn
 from ..atomic import atomic_directory
 from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig
 from ..config.base import _read_json
-from ..families import load_config
+from ..families import family_of, load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.rotary import rotary_tables
@@ -506,6 +507,10 @@ def write_parts(model: nn.Module, directory: str, tokenizer=None) -> None:
     """Write every part of `model` (see `parts`) into an existing directory."""
     for sub, part in parts(model).items():
         os.makedirs(_join(directory, sub), exist_ok=True)
+        own = _own_layout(part)
+        if own is not None:
+            own.write(part, _join(directory, sub), tokenizer)
+            continue
         if native.is_native(part):  # no transformers class: bertforge's own layout
             native.write(part, _join(directory, sub), tokenizer)
             continue
@@ -516,10 +521,20 @@ def write_parts(model: nn.Module, directory: str, tokenizer=None) -> None:
 def load_parts(model: nn.Module, directory: str) -> None:
     """Read back what `write_parts` wrote (resuming a run)."""
     for sub, part in parts(model).items():
-        if native.is_native(part):
+        own = _own_layout(part)
+        if own is not None:
+            own.load(part, _join(directory, sub))
+        elif native.is_native(part):
             native.load(part, _join(directory, sub))
         else:
             load_into(part, _join(directory, sub))
+
+
+def _own_layout(part: nn.Module):
+    """The checkpoint module of a family with a layout of its own (its record's `checkpoint`), or None."""
+    config = getattr(getattr(part, "backbone", part), "config", None)
+    path = family_of(config).checkpoint if config is not None else None
+    return importlib.import_module(path) if path else None
 
 
 def _join(directory: str, sub: str) -> str:

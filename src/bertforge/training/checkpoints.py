@@ -27,6 +27,11 @@ def latest_checkpoint(out: str) -> str | None:
     return found[-1] if found else None
 
 
+def all_checkpoints(out: str) -> list[str]:
+    """The complete checkpoints of the run in `out`, oldest first."""
+    return _list(os.path.join(out, "checkpoints"))
+
+
 def remove_incomplete(directory: str) -> None:
     """What a kill can leave in the checkpoints folder: temporary directories of interrupted writes,
     and checkpoints half-removed while pruning (they lack the trainer state, which every complete

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-SCHEDULES = ("linear", "cosine", "one-cycle", "constant", "slanted")
+SCHEDULES = ("linear", "cosine", "one-cycle", "constant", "slanted", "inverse-sqrt")
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -46,6 +46,8 @@ def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "line
     constant: warm-up, then the peak.
     slanted: ULMFiT's slanted triangular rates (Howard & Ruder, 2018): a short linear rise over
     `warmup` steps from peak/32, then a long linear fall back to peak/32.
+    inverse-sqrt: the Transformer's (Vaswani et al., 2017), in fairseq's form: linear warm-up to the
+    peak, then peak * sqrt(warmup / step), which does not depend on `total`.
     """
     if schedule == "slanted":
         ratio = 32
@@ -54,6 +56,8 @@ def lr_at(step: int, total: int, warmup: int, peak: float, schedule: str = "line
         return peak * (1 + max(p, 0.0) * (ratio - 1)) / ratio
     if step < warmup:
         return peak * (step + 1) / warmup
+    if schedule == "inverse-sqrt":
+        return peak * math.sqrt(max(warmup, 1) / (step + 1))
     if schedule == "constant":
         return peak
     progress = min(1.0, (step - warmup) / max(1, total - warmup))

@@ -1,0 +1,14 @@
+"""The Transformer for translation (Vaswani et al., 2017): an encoder-decoder trained on parallel
+text (`bertforge train-translation`), decoded by `bertforge translate`, saved as HF's MarianMTModel.
+It has no pretraining objective and no fine-tuning task of its own; its encoder is BERT's ancestor
+and its decoder GPT's."""
+
+from ..config.marian import PRESETS, MarianConfig
+from .base import Family
+
+FAMILY = Family(
+    name="translation", model_types=("marian",), config=MarianConfig, presets=PRESETS, objectives=(),
+    encoder="bertforge.models.translation:Transformer", task_model=None,
+    finetuning="bertforge.recipe:finetuning_by_width", describe="translation Transformer", tasks=(),
+    vocab_kind="joint", checkpoint="bertforge.formats.marian", default_preset="multi30k", uses=("translate", "serve"),
+)

@@ -1,0 +1,146 @@
+"""Training the Transformer for translation: parallel text -> a joint sub-word vocabulary -> batches
+by token count -> the encoder-decoder under label-smoothed cross-entropy -> the one trainer (exact
+resume, precision, torchrun, progress, trackers, run_config.json), with validation loss and BLEU at
+each evaluation, and the last checkpoints averaged into the model at the end.
+
+The defaults are the paper's recipe (Vaswani et al., 2017, section 5): Adam with betas (0.9, 0.98)
+and eps 1e-9, the inverse-square-root schedule after a linear warm-up, label smoothing 0.1,
+dropout 0.1, batches of about 4,096 tokens; the size is the "multi30k" preset (config/marian.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from .card import write_card
+from .config.marian import PRESETS, translation_config
+from .data.parallel import TokenBatches, TranslationTokenizer, encode_pairs, read_parallel
+from .errors import BertforgeError
+from .models.translation import TranslationObjective
+from .scoring import corpus_scores
+from .training.checkpoints import latest_checkpoint
+from .training.trainer import TrainOptions, train
+from .translate import DecodeOptions, translate
+
+TOKENIZER_DIR = "tokenizer"
+
+
+def train_translation(source_lang: str, target_lang: str, train_path: str, valid_path: str, out: str,
+                      preset: str = "multi30k", vocab_size: int = 8000, vocab_kind: str = "bpe",
+                      max_tokens: int = 4096, max_length: int = 256, steps: int | None = None,
+                      max_minutes: float | None = None, lr: float = 1e-3, warmup: int = 1000,
+                      label_smoothing: float = 0.1, eval_every: int = 500, bleu_sentences: int = 500,
+                      average: int = 5, save_every: int | None = None, precision: str = "auto", seed: int = 0,
+                      resume: bool = False, progress: bool = True, report_to: tuple = (),
+                      overrides: dict | None = None, command_line: dict | None = None) -> dict:
+    """Train a translation model from `train_path` to `valid_path` (each a prefix of line-aligned
+    files `PREFIX.<lang>`, or a JSON-lines file of {"translation": {...}}) into `out`; returns the
+    trainer's summary with the final validation scores. `average`: the model written to `out/model`
+    is the mean of the last that many checkpoints (1: the last alone)."""
+    if preset not in PRESETS:
+        raise BertforgeError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if source_lang == target_lang:
+        raise BertforgeError(f"the source and target languages are both {source_lang!r}")
+    train_pairs = read_parallel(train_path, source_lang, target_lang)
+    valid_pairs = read_parallel(valid_path, source_lang, target_lang)
+    run_config = {"task": "translation", "source_lang": source_lang, "target_lang": target_lang,
+                  "train": os.path.abspath(train_path), "valid": os.path.abspath(valid_path), "preset": preset,
+                  "vocab_size": vocab_size, "vocab_kind": vocab_kind, "max_tokens": max_tokens,
+                  "max_length": max_length, "label_smoothing": label_smoothing, "overrides": overrides or {}}
+    tokenizer = _tokenizer(out, train_pairs, vocab_size, vocab_kind, resume, run_config)
+    data = TokenBatches(encode_pairs(train_pairs, tokenizer), max_tokens, tokenizer.pad_id, seed=seed,
+                        valid=encode_pairs(valid_pairs, tokenizer), max_length=max_length)
+    if progress:
+        print(f"data: {data.describe()}", flush=True)
+    config = translation_config(preset, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.eos_id, **(overrides or {}))
+    torch.manual_seed(seed)
+    model = TranslationObjective(config, label_smoothing)
+    options = TrainOptions(out=out, steps=steps, max_minutes=max_minutes, lr=lr, warmup=warmup,
+                           schedule="inverse-sqrt", weight_decay=0.0, betas=(0.9, 0.98), eps=1e-9,
+                           precision=precision, eval_every=eval_every, save_every=save_every or eval_every,
+                           keep=max(average, 2), seed=seed, progress=progress, report_to=tuple(report_to))
+    evaluator = Validation(data, tokenizer, valid_pairs[:bleu_sentences])
+    summary = train(model, data, options, tokenizer, {**(command_line or {}), **run_config,
+                                                      "kept_pairs": len(data), "skipped_pairs": data.skipped},
+                    resume, evaluator)
+    if average > 1 and summary["status"] != "interrupted":
+        summary["averaged"] = average_into_model(model, tokenizer, out, average)
+        summary["eval"] = evaluator(model)
+        with open(os.path.join(out, "run_config.json"), encoding="utf-8") as f:
+            write_card(os.path.join(out, "model"), {**json.load(f), "averaged": summary["averaged"]}, summary["eval"],
+                       summary["step"])
+    return summary
+
+
+class Validation:
+    """What each evaluation reports: the validation loss and token accuracy (as in training, with
+    label smoothing), and BLEU of greedy translations of the first validation sentences."""
+
+    def __init__(self, data: TokenBatches, tokenizer, pairs: list[tuple[str, str]]):
+        self.data, self.tokenizer, self.pairs = data, tokenizer, pairs
+
+    def __call__(self, objective) -> dict:
+        was = objective.training
+        objective.eval()
+        device = next(objective.parameters()).device
+        loss = correct = count = 0.0
+        with torch.no_grad():
+            for batch in self.data.eval_batches(None):
+                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                losses, right = objective(batch)
+                loss, correct, count = loss + float(losses["mt"]), correct + float(right["mt"]), count + batch["counts"]["mt"]
+        metrics = {"loss": round(loss / max(count, 1), 5), "accuracy": round(correct / max(count, 1), 5)}
+        if self.pairs:
+            hyps = translate(objective.backbone, self.tokenizer, [s for s, _ in self.pairs], DecodeOptions(beam=1))
+            metrics["bleu"] = round(corpus_scores(hyps, [t for _, t in self.pairs])["bleu"] / 100, 5)
+        objective.train(was)
+        return metrics
+
+
+def _tokenizer(out: str, pairs, vocab_size: int, kind: str, resume: bool, run_config: dict) -> TranslationTokenizer:
+    """The run's joint vocabulary: learned on both sides of the training text, or on resuming the one
+    saved (after checking the data settings are the run's)."""
+    path = os.path.join(out, TOKENIZER_DIR)
+    if resume:
+        if latest_checkpoint(out) is None:
+            raise BertforgeError(f"{out}: no checkpoint to resume from")
+        _check_same_run(out, run_config)
+        return TranslationTokenizer.from_pretrained(path)
+    if latest_checkpoint(out):
+        raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
+    tokenizer = TranslationTokenizer.train((text for pair in pairs for text in pair), vocab_size, kind)
+    tokenizer.save_pretrained(path)
+    return tokenizer
+
+
+def _check_same_run(out: str, run_config: dict) -> None:
+    path = os.path.join(out, "run_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise BertforgeError(f"{path}: cannot be read ({e})") from None
+    changed = [f"{k} ({saved.get(k)!r} then, {v!r} now)" for k, v in run_config.items() if saved.get(k) != v]
+    if changed:
+        raise BertforgeError(f"{out}: resuming needs the same data settings; changed: {'; '.join(changed)}")
+
+
+def average_into_model(objective, tokenizer, out: str, count: int) -> list[str]:
+    """Load the mean of the weights of the newest `count` checkpoints into `objective` and write it
+    to `out/model` (checkpoint averaging, as the paper's base models). Returns the checkpoints used."""
+    from .formats.marian import load as load_weights
+    from .training.checkpoints import all_checkpoints, write_model
+
+    chosen = all_checkpoints(out)[-count:]
+    total = None
+    for directory in chosen:
+        load_weights(objective, directory)
+        state = {k: v.detach().clone().double() for k, v in objective.backbone.state_dict().items()}
+        total = state if total is None else {k: total[k] + v for k, v in state.items()}
+    averaged = {k: (v / len(chosen)).to(objective.backbone.state_dict()[k].dtype) for k, v in total.items()}
+    objective.backbone.load_state_dict(averaged)
+    write_model(objective, tokenizer, os.path.join(out, "model"), -1)
+    return [os.path.basename(d) for d in chosen]

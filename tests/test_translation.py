@@ -1,0 +1,224 @@
+"""The Transformer for translation through the whole pipeline: a tiny model learns to copy and to
+reverse sentences (train-translation, translate, BLEU); the model directory loads in `transformers`
+as MarianMTModel with equal logits, and one `transformers` wrote loads here; our greedy and beam
+decoding give `generate`'s translations; bad input is one line naming the file and line."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bertforge import load
+from bertforge.config.marian import MarianConfig
+from bertforge.formats.hf import write_parts
+from bertforge.models.translation import Transformer, TranslationObjective, sinusoids
+from bertforge.train_translation import train_translation
+from bertforge.translate import DecodeOptions, decode, translate
+
+WORDS = "red blue green black white dog cat bird fish horse runs jumps sleeps eats sees big small old young happy".split()
+
+
+def _write_task(folder, name: str, count: int, reverse: bool, seed: int) -> str:
+    """`count` pairs of 3-8 words; the target is the source, or the source backwards."""
+    rng = random.Random(seed)
+    prefix = os.path.join(folder, name)
+    with open(prefix + ".src", "w", encoding="utf-8") as s, open(prefix + ".tgt", "w", encoding="utf-8") as t:
+        for _ in range(count):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(3, 8))]
+            s.write(" ".join(words) + "\n")
+            t.write(" ".join(reversed(words) if reverse else words) + "\n")
+    return prefix
+
+
+def _train(tmp_path, reverse: bool, steps: int):
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    train = _write_task(data, "train", 2000, reverse, seed=1)
+    valid = _write_task(data, "valid", 100, reverse, seed=2)
+    out = str(tmp_path / "run")
+    summary = train_translation("src", "tgt", train, valid, out, preset="mt-tiny", vocab_size=60, max_tokens=600,
+                                steps=steps, lr=3e-3, warmup=50, eval_every=steps, bleu_sentences=100, average=2,
+                                save_every=steps // 2, precision="fp32", progress=False,
+                                overrides={"dropout": 0.0, "attention_dropout": 0.0})
+    return out, valid, summary
+
+
+@pytest.fixture(scope="module")
+def reverse_run(tmp_path_factory):
+    torch.manual_seed(0)
+    return _train(tmp_path_factory.mktemp("reverse"), reverse=True, steps=400)
+
+
+def test_a_tiny_model_learns_to_reverse_through_the_pipeline(reverse_run):
+    """Reversing needs the decoder to look at the right source word at each step (cross-attention
+    and positions): a model without either stays far below."""
+    out, valid, summary = reverse_run
+    assert summary["averaged"] == ["step-0000200", "step-0000400"]
+    loaded = load(os.path.join(out, "model"))
+    sources = open(valid + ".src", encoding="utf-8").read().splitlines()
+    targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()
+    for beam in (1, 4):
+        hyps = translate(loaded.model, loaded.tokenizer, sources, DecodeOptions(beam=beam))
+        exact = sum(h == t for h, t in zip(hyps, targets)) / len(targets)
+        assert exact > 0.9, (beam, exact, hyps[:3], targets[:3])
+    assert summary["eval"]["bleu"] > 0.9
+
+
+def test_copy_is_learned_from_the_command_line(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    train = _write_task(data, "train", 1500, False, seed=3)
+    valid = _write_task(data, "valid", 50, False, seed=4)
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, "-m", "bertforge", "train-translation", "--source-lang", "src", "--target-lang", "tgt",
+           "--train", train, "--valid", valid, "--out", str(out), "--preset", "mt-tiny", "--vocab-size", "60",
+           "--max-tokens", "600", "--steps", "300", "--lr", "3e-3", "--warmup", "50", "--eval-every", "300",
+           "--average", "1", "--precision", "fp32"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = subprocess.run([sys.executable, "-m", "bertforge", "translate", str(out), "--input", valid + ".src",
+                             "--reference", valid + ".tgt", "--beam", "3"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    hyps = result.stdout.splitlines()
+    targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()
+    assert sum(h == t for h, t in zip(hyps, targets)) / len(targets) > 0.9
+    assert "sacreBLEU" in result.stderr and "nrefs:1|case:mixed|eff:no|tok:13a" in result.stderr
+
+
+def _tiny_config(**kw) -> MarianConfig:
+    return MarianConfig(**{**dict(vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                  decoder_ffn_dim=32, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0),
+                              **kw})
+
+
+def _batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    source = torch.randint(1, 39, (3, 9), generator=g)
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    source[1, 6:], mask[1, 6:] = 39, False
+    target = torch.randint(1, 39, (3, 6), generator=g)
+    target[:, 0] = 39
+    return source, mask, target
+
+
+def test_marian_layout_positions_are_transformers_sinusoids():
+    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
+    theirs = MarianSinusoidalPositionalEmbedding(50, 16)
+    theirs.weight.data = theirs.create_weight() if hasattr(theirs, "create_weight") else theirs.weight.data
+    torch.testing.assert_close(sinusoids(50, 16), theirs.weight.data.float(), atol=1e-6, rtol=0)
+
+
+def test_our_directory_loads_in_transformers_with_equal_logits(tmp_path):
+    from transformers import AutoModelForSeq2SeqLM
+
+    torch.manual_seed(0)
+    ours = TranslationObjective(_tiny_config())
+    with torch.no_grad():  # nothing left at its initial zero, so that every tensor's place is checked
+        for p in ours.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+        ours.backbone.final_logits_bias.normal_()
+    write_parts(ours, str(tmp_path))
+    theirs = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path)).eval()
+    assert type(theirs).__name__ == "MarianMTModel"
+    source, mask, target = _batch()
+    with torch.no_grad():
+        a = ours.backbone.eval()(source, mask, target)
+        b = theirs(input_ids=source, attention_mask=mask.long(), decoder_input_ids=target).logits
+    real = mask[:, :1].expand(-1, target.shape[1])  # every target position counts
+    assert a.abs().mean() > 0.1
+    torch.testing.assert_close(a[real], b[real], atol=1e-5, rtol=0)
+
+
+def test_a_transformers_checkpoint_loads_here_with_equal_logits(tmp_path):
+    from transformers import MarianConfig as HFMarianConfig
+    from transformers import MarianMTModel
+
+    torch.manual_seed(1)
+    hf = MarianMTModel(HFMarianConfig(vocab_size=40, d_model=16, encoder_layers=2, decoder_layers=2,
+                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                      decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=39,
+                                      decoder_start_token_id=39, eos_token_id=0, activation_function="swish",
+                                      scale_embedding=True)).eval()
+    with torch.no_grad():
+        hf.final_logits_bias.normal_()
+    hf.save_pretrained(str(tmp_path))
+    from bertforge.families import load_config
+    from bertforge.formats.marian import load_model
+
+    ours = load_model(Transformer, str(tmp_path), config=load_config(str(tmp_path))).eval()
+    source, mask, target = _batch(1)
+    with torch.no_grad():
+        a = ours(source, mask, target)
+        b = hf(input_ids=source, attention_mask=mask.long(), decoder_input_ids=target).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def _hf_generate(directory: str, source, mask, **kw):
+    from transformers import MarianMTModel
+
+    hf = MarianMTModel.from_pretrained(directory).eval()
+    out = hf.generate(input_ids=source, attention_mask=mask.long(), early_stopping=True, **kw)
+    rows = []
+    for row in out.tolist():
+        row = row[1:]  # the start token
+        rows.append([t for t in (row[:row.index(0)] if 0 in row else row) if t != hf.config.pad_token_id])
+    return rows
+
+
+def test_decoding_equals_transformers_generate(reverse_run):
+    """Greedy and beam search (with both penalty strengths) give the same ids as `generate` with the
+    same settings, on a trained model whose beams really compete."""
+    out = os.path.join(reverse_run[0], "model")
+    loaded = load(out)
+    sources = open(reverse_run[1] + ".src", encoding="utf-8").read().splitlines()[:24]
+    from bertforge.translate import pad
+
+    source, mask = pad(loaded.tokenizer.encode_batch(sources), loaded.tokenizer.pad_id)
+    for beam, alpha in ((1, 1.0), (4, 1.0), (4, 0.0), (5, 2.0)):
+        options = DecodeOptions(beam=beam, length_penalty=alpha, max_len_a=0.0, max_len_b=12)
+        ours = decode(loaded.model, source, mask, options)
+        theirs = _hf_generate(out, source, mask, num_beams=beam, length_penalty=alpha, max_new_tokens=12,
+                              do_sample=False, bad_words_ids=[[loaded.tokenizer.pad_id]])
+        assert ours == theirs, (beam, alpha)
+
+
+def test_the_tokenizer_loads_in_transformers_with_the_same_ids(reverse_run):
+    from transformers import AutoTokenizer
+
+    directory = os.path.join(reverse_run[0], "model")
+    ours, theirs = load(directory).tokenizer, AutoTokenizer.from_pretrained(directory)
+    text = "red dog runs happy"
+    assert theirs(text)["input_ids"] == ours.encode(text)
+    assert theirs.decode(ours.encode(text), skip_special_tokens=True) == text
+
+
+def test_bad_input_is_one_line_naming_file_and_line(tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "train.en").write_text("a b\nc d\ne f\n", encoding="utf-8")
+    (data / "train.de").write_text("a b\nc d\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run([sys.executable, "-m", "bertforge", "train-translation", "--source-lang", "en",
+                           "--target-lang", "de", "--train", str(data / "train"), "--valid", str(data / "train"),
+                           "--out", str(tmp_path / "o"), "--steps", "1"], capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "train.en" in done.stderr and "train.de" in done.stderr
+    (data / "in.txt").write_bytes(b"fine\nalso fine\n\xff\xfe broken\n")
+    model = tmp_path / "m"
+    model.mkdir()
+    write_parts(TranslationObjective(_tiny_config()), str(model))
+    done = subprocess.run([sys.executable, "-m", "bertforge", "translate", str(model), "--input",
+                           str(data / "in.txt")], capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and f"{data / 'in.txt'}:3" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "-m", "bertforge", "translate", str(model), "--input",
+                           str(data / "in.txt"), "--output", str(data / "in.txt")], capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 2 and (data / "in.txt").read_bytes().startswith(b"fine")
