@@ -9,9 +9,9 @@ from .common import HelpFormatter, add_device, resolve_device
 
 def add_command(commands) -> None:
     sv = commands.add_parser("serve", help="an HTTP service and a web page for a model (fill-mask, predict, "
-                             "embed, attention)", formatter_class=HelpFormatter)
+                             "embed, attention; translate for a translation model)", formatter_class=HelpFormatter)
     sv.add_argument("model", help="a BERT-family directory: pretrained (with or without its masked-LM head) or "
-                    "fine-tuned by bertforge finetune")
+                    "fine-tuned by bertforge finetune, or a translation model (train-translation, MarianMT)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     sv.add_argument("--port", type=int, default=8000, help="port to listen on")
     sv.add_argument("--max-batch", type=int, default=32, help="texts answered by one model call at most")
@@ -26,6 +26,7 @@ def add_command(commands) -> None:
                              "every window of a long QA context")
     limits.add_argument("--max-choices", type=int, default=Limits.choices,
                         help="choices of one multiple-choice example")
+    limits.add_argument("--max-beam", type=int, default=Limits.beam, help="beam width of one translate request")
     limits.add_argument("--max-answer-mb", type=float, default=Limits.answer_bytes / 1e6,
                         help="estimated size of one answer, in MB (fill-mask: masks x top_k x length; "
                              "attention: layers x heads x length^2)")
@@ -45,7 +46,7 @@ def run(args) -> None:
         raise BertforgeError("bertforge serve needs starlette and uvicorn: pip install 'bertforge[serve]'") from None
     from ..serve.server import serve
 
-    limits = Limits(texts=args.max_texts, tokens=args.max_tokens, choices=args.max_choices,
+    limits = Limits(texts=args.max_texts, tokens=args.max_tokens, choices=args.max_choices, beam=args.max_beam,
                     answer_bytes=round(args.max_answer_mb * 1e6), read_seconds=args.read_timeout,
                     keep_alive_seconds=args.keep_alive)
     serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms, limits)

@@ -1,5 +1,6 @@
 """The HTTP service: JSON endpoints over one `Engine`, named after the CLI's commands, requests
-from many clients batched together, and the page at `/`.
+from many clients batched together, and the page at `/`. A translation model answers `/translate`
+and `/translate/attention` (and `/tokens`); the engine says which endpoints a model has.
 
 Every request body is parsed and checked here, by hand, so that every bad request gets one line
 of explanation: {"error": "..."} with 400 (not JSON, a task the model cannot do), 408 (a body that
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -43,10 +45,12 @@ FIELDS = {
                 "choices": (list, False), "inputs": (list, False)},
     "attention": {"text": (str, True), "pair": (str, False)},
     "tokens": {"text": (str, True), "pair": (str, False)},
+    "translate": {**TEXT_FIELDS, "beam": (int, False), "length_penalty": ((int, float), False)},
+    "translate/attention": {"text": (str, True)},
 }
 
 
-KIND_NAMES = {str: "a string", list: "a list", int: "an integer"}
+KIND_NAMES = {str: "a string", list: "a list", int: "an integer", (int, float): "a number"}
 
 
 def check_fields(body, fields: dict, limits: Limits, where: str = "the body") -> dict:
@@ -65,6 +69,8 @@ def check_fields(body, fields: dict, limits: Limits, where: str = "the body") ->
             raise RequestError(f'"{name}" must be {KIND_NAMES[kind]}')
         if kind is str:
             check_text(value, name, limits)
+        if isinstance(value, float) and not math.isfinite(value):  # Python's parser takes NaN and Infinity
+            raise RequestError(f'"{name}" must be a finite number, got {value}')
     return body
 
 
@@ -103,7 +109,8 @@ def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0, li
     service = Service(engine, max_batch, max_wait_ms, limits)
     routes = [Route("/", page), Route("/health", health), Route("/info", service.info)]
     for name, handler in (("fill-mask", service.fill_mask), ("embed", service.embed), ("predict", service.predict),
-                          ("attention", service.attention), ("tokens", service.tokens)):
+                          ("attention", service.attention), ("tokens", service.tokens),
+                          ("translate", service.translate), ("translate/attention", service.translation_attention)):
         routes.append(Route(f"/{name}", endpoint(handler), methods=["POST"]))
     app = Starlette(routes=routes, lifespan=service.lifespan)
     app.state.batchers = service.batchers
@@ -121,7 +128,8 @@ class Service:
         self.checks = ThreadPoolExecutor(max_workers=1)  # requests' costs, estimated while the model runs
         self.batchers = {"fill-mask": Batcher(self.run_fill, self.executor, max_batch, max_wait_ms / 1000),
                          "embed": Batcher(self.run_embed, self.executor, max_batch, max_wait_ms / 1000),
-                         "predict": Batcher(engine.predict, self.executor, max_batch, max_wait_ms / 1000)}
+                         "predict": Batcher(engine.predict, self.executor, max_batch, max_wait_ms / 1000),
+                         "translate": Batcher(self.run_translate, self.executor, max_batch, max_wait_ms / 1000)}
 
     def run_fill(self, items):
         top = max(k for _, k in items)
@@ -135,6 +143,14 @@ class Service:
         for pooling in {p for _, p in items}:  # one call per pooling asked for
             rows = [i for i, (_, p) in enumerate(items) if p == pooling]
             for i, answer in zip(rows, self.engine.embed([items[i][0] for i in rows], pooling)):
+                out[i] = answer
+        return out
+
+    def run_translate(self, items):
+        out = [None] * len(items)
+        for options in dict.fromkeys((b, p) for _, b, p in items):  # one call per beam and penalty asked for
+            rows = [i for i, (_, b, p) in enumerate(items) if (b, p) == options]
+            for i, answer in zip(rows, self.engine.translate([items[i][0] for i in rows], *options)):
                 out[i] = answer
         return out
 
@@ -243,6 +259,27 @@ class Service:
         await self.check_cost(self.engine.attention_cost, body["text"], body.get("pair"),
                               smaller="a shorter text: the answer grows with the square of its tokens")
         return await self.in_thread(self.engine.attention, body["text"], body.get("pair"))
+
+    async def translate(self, request: Request):
+        body = await self.body_of(request, "translate")
+        texts, many = texts_of(body, self.limits)
+        # by default bertforge translate's beam of 5, or the widest the service allows
+        beam, length_penalty = body.get("beam", min(5, self.limits.beam)), float(body.get("length_penalty", 1.0))
+        if beam < 1:
+            raise RequestError(f'"beam" must be at least 1 (1: greedy search), got {beam}')
+        if beam > self.limits.beam:
+            raise OverLimit(f'"beam" is {beam}, over the limit of {self.limits.beam} (bertforge serve --max-beam); '
+                            "send a smaller beam", "max_beam", beam, self.limits.beam)
+        await self.check_cost(self.engine.translate_cost, texts, beam,
+                              smaller="fewer or shorter texts, or a smaller beam")
+        answers = await self.batchers["translate"]([(t, beam, length_penalty) for t in texts])
+        return {"translations": answers} if many else {"translation": answers[0]}
+
+    async def translation_attention(self, request: Request):
+        body = await self.body_of(request, "translate/attention")
+        await self.check_cost(self.engine.translation_attention_cost, body["text"],
+                              smaller="a shorter text: the answer grows with the square of its tokens")
+        return await self.in_thread(self.engine.translation_attention, body["text"])
 
     async def tokens(self, request: Request):
         body = await self.body_of(request, "tokens")

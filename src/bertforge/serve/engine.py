@@ -1,5 +1,6 @@
 """What the service can do with one model directory, loaded once: fill-mask, predict, embed and
-attention, each over a list of requests at a time (the service batches requests from many clients
+attention, each over a list of requests at a time (a translation model: translate and its
+attention, in `translation.py`) (the service batches requests from many clients
 into one call). No web code here: the same functions are what the tests and `benchmarks/serve.py`
 call directly.
 
@@ -27,6 +28,10 @@ from ..models.bert import Bert
 from ..predictor import answers, example
 from ..tasks.common import token_types
 from .limits import Cost
+from .translation import Translator
+
+# The endpoints of a translation model (a family with the "translate" use).
+TRANSLATION_ABILITIES = ["translate", "translate/attention", "tokens"]
 
 
 class Engine:
@@ -35,9 +40,14 @@ class Engine:
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
         self.directory = directory
         self.config = config = read_config(directory)
-        family_of(config).supports("serve", directory)
-        self.task = self.fill = None
+        family = family_of(config)
+        family.supports("serve", directory)
+        self.task = self.fill = self.translator = None
         self.names = None
+        if "translate" in family.uses:  # an encoder-decoder: no embedder, no encoder-only endpoints
+            self.translator = Translator(load(directory, device, use="translate", config=config))
+            self.tokenizer, self.max_length = self.translator.tokenizer, self.translator.positions
+            return
         if config.bertforge_task:
             loaded = load(directory, device, config=config)
             self.model, self.task, self.tokenizer = loaded.model, loaded.task, loaded.tokenizer
@@ -64,6 +74,8 @@ class Engine:
     @property
     def abilities(self) -> list[str]:
         """The endpoints this model answers, named after the CLI's commands."""
+        if self.translator is not None:
+            return list(TRANSLATION_ABILITIES)
         found = ["embed", "tokens"]
         if self.fill is not None:
             found.append("fill-mask")
@@ -82,8 +94,11 @@ class Engine:
         path = os.path.abspath(self.directory)
         # a run's `model/` folder is named by its run: "sst2/model" rather than "model"
         name = os.path.join(*path.split(os.sep)[-2:]) if os.path.basename(path) == "model" else os.path.basename(path)
-        return {"model": name, "model_type": config.model_type,
-                "architectures": config.architectures, "task": task, "abilities": self.abilities,
+        about = {"model": name, "model_type": config.model_type, "architectures": config.architectures, "task": task,
+                 "abilities": self.abilities}
+        if self.translator is not None:
+            return {**about, **self.translator.info()}
+        return {**about, "kind": "fine-tuned" if task else "masked language model" if self.fill else "encoder",
                 "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
                 "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
                 "max_length": self.max_length,
@@ -91,7 +106,9 @@ class Engine:
 
     def require(self, ability: str) -> None:
         if ability not in self.abilities:
-            if self.task is not None:
+            if self.translator is not None:
+                kind = "a translation model"
+            elif self.task is not None:
                 kind = f"a {self.task.name} model"
             elif self.fill is not None:
                 kind = "a masked language model"
@@ -143,8 +160,25 @@ class Engine:
         config = self.config
         return Cost(length, 7 * config.num_hidden_layers * config.num_attention_heads * length ** 2 + 60 * length)
 
-    # ---- fill-mask ---------------------------------------------------------------------------
+    def translate_cost(self, texts: list[str], beam: int) -> Cost:
+        self.require("translate")
+        return self.translator.translate_cost(texts, beam)
 
+    def translation_attention_cost(self, text: str) -> Cost:
+        self.require("translate/attention")
+        return self.translator.attention_cost(text)
+
+    # ---- translate ---------------------------------------------------------------------------
+
+    def translate(self, texts: list[str], beam: int, length_penalty: float) -> list[str]:
+        return self.translator.translate(texts, beam, length_penalty)
+
+    def translation_attention(self, text: str) -> dict:
+        """See `Translator.attention`."""
+        self.require("translate/attention")
+        return self.translator.attention(text)
+
+    # ---- fill-mask ---------------------------------------------------------------------------
 
     def fill_mask(self, texts: list[str], top_k: int) -> list[dict]:
         masks = self.fill.fill(texts, top_k)
@@ -170,6 +204,10 @@ class Engine:
 
     def tokens(self, text: str, pair: str | None = None) -> dict:
         """The pieces the model sees: tokens, segment ids, character offsets into each text."""
+        if self.translator is not None:
+            if pair is not None:
+                raise BertforgeError("a translation model reads one text: send no \"pair\"")
+            return self.translator.tokens(text)
         encoding = self.tokenizer.encode(text, pair, max_length=self.max_length)
         return {"tokens": encoding.tokens, "ids": encoding.ids, "segments": encoding.token_type_ids,
                 "offsets": [list(o) for o in encoding.offsets], "truncated": encoding.truncated}

@@ -2,9 +2,10 @@
 
 Counting requests is not enough: one small body can ask for a great deal (a text of [MASK]s with
 `top_k` 50 answers every candidate with the whole sentence; attention grows with the square of the
-length). So each request's cost is estimated before any work, from its tokens: the tokens the model
-will read (every text, every choice with its context, every window of a long QA context) and the
-size of the answer it will get. A request over either limit gets a 413 that says which limit, by
+length; a translation with a beam of k decodes k hypotheses). So each request's cost is estimated
+before any work, from its tokens: the tokens the model will read (every text, every choice with its
+context, every window of a long QA context, every token a translation's hypotheses may decode) and
+the size of the answer it will get. A request over either limit gets a 413 that says which limit, by
 how much, and the `bertforge serve` flag that changes it.
 
 Clients that stall are bounded in time: the head of a request must arrive within `read_seconds` of
@@ -24,6 +25,7 @@ class Limits:
     chars: int = 20_000  # characters of one text; tokens beyond the model's positions are cut and said so
     top_k: int = 50  # fill-mask candidates per [MASK]
     choices: int = 16  # choices of one multiple-choice example (--max-choices)
+    beam: int = 8  # beam width of one translate request (--max-beam); its cost grows with it
     tokens: int = 32_768  # tokens the model reads for one request: 64 texts of 512 (--max-tokens)
     answer_bytes: int = 16_000_000  # estimated size of one answer (--max-answer-mb)
     read_seconds: float = 10.0  # to send a request's head, and then its body (--read-timeout)
@@ -32,7 +34,7 @@ class Limits:
     def as_dict(self) -> dict:
         """What `/info` shows, in the units of the flags."""
         return {"max_body_bytes": self.body_bytes, "max_texts": self.texts, "max_chars": self.chars,
-                "max_top_k": self.top_k, "max_choices": self.choices, "max_tokens": self.tokens,
+                "max_top_k": self.top_k, "max_choices": self.choices, "max_beam": self.beam, "max_tokens": self.tokens,
                 "max_answer_mb": self.answer_bytes / 1e6, "read_timeout_s": self.read_seconds,
                 "keep_alive_s": self.keep_alive_seconds}
 
