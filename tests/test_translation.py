@@ -20,16 +20,16 @@ from bertforge.models.translation import Transformer, TranslationObjective, sinu
 from bertforge.train_translation import train_translation
 from bertforge.translate import DecodeOptions, decode, translate
 
-WORDS = "red blue green black white dog cat bird fish horse runs jumps sleeps eats sees big small old young happy".split()
+WORDS = "red blue green black white dog cat bird fish horse runs jumps".split()
 
 
 def _write_task(folder, name: str, count: int, reverse: bool, seed: int) -> str:
-    """`count` pairs of 3-8 words; the target is the source, or the source backwards."""
+    """`count` pairs of 2-6 words; the target is the source, or the source backwards."""
     rng = random.Random(seed)
     prefix = os.path.join(folder, name)
     with open(prefix + ".src", "w", encoding="utf-8") as s, open(prefix + ".tgt", "w", encoding="utf-8") as t:
         for _ in range(count):
-            words = [rng.choice(WORDS) for _ in range(rng.randint(3, 8))]
+            words = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
             s.write(" ".join(words) + "\n")
             t.write(" ".join(reversed(words) if reverse else words) + "\n")
     return prefix
@@ -41,9 +41,9 @@ def _train(tmp_path, reverse: bool, steps: int):
     train = _write_task(data, "train", 2000, reverse, seed=1)
     valid = _write_task(data, "valid", 100, reverse, seed=2)
     out = str(tmp_path / "run")
-    summary = train_translation("src", "tgt", train, valid, out, preset="mt-tiny", vocab_size=60, max_tokens=600,
+    summary = train_translation("src", "tgt", train, valid, out, preset="mt-tiny", vocab_size=120, max_tokens=800,
                                 steps=steps, lr=3e-3, warmup=50, eval_every=steps, bleu_sentences=100, average=2,
-                                save_every=steps // 2, precision="fp32", progress=False,
+                                save_every=steps // 10, precision="fp32", progress=False,
                                 overrides={"dropout": 0.0, "attention_dropout": 0.0})
     return out, valid, summary
 
@@ -51,14 +51,14 @@ def _train(tmp_path, reverse: bool, steps: int):
 @pytest.fixture(scope="module")
 def reverse_run(tmp_path_factory):
     torch.manual_seed(0)
-    return _train(tmp_path_factory.mktemp("reverse"), reverse=True, steps=400)
+    return _train(tmp_path_factory.mktemp("reverse"), reverse=True, steps=1000)
 
 
 def test_a_tiny_model_learns_to_reverse_through_the_pipeline(reverse_run):
     """Reversing needs the decoder to look at the right source word at each step (cross-attention
     and positions): a model without either stays far below."""
     out, valid, summary = reverse_run
-    assert summary["averaged"] == ["step-0000200", "step-0000400"]
+    assert summary["averaged"] == ["step-0000900", "step-0001000"]
     loaded = load(os.path.join(out, "model"))
     sources = open(valid + ".src", encoding="utf-8").read().splitlines()
     targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()
@@ -77,8 +77,8 @@ def test_copy_is_learned_from_the_command_line(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, "-m", "bertforge", "train-translation", "--source-lang", "src", "--target-lang", "tgt",
-           "--train", train, "--valid", valid, "--out", str(out), "--preset", "mt-tiny", "--vocab-size", "60",
-           "--max-tokens", "600", "--steps", "300", "--lr", "3e-3", "--warmup", "50", "--eval-every", "300",
+           "--train", train, "--valid", valid, "--out", str(out), "--preset", "mt-tiny", "--vocab-size", "120",
+           "--max-tokens", "800", "--steps", "600", "--lr", "3e-3", "--warmup", "50", "--eval-every", "600",
            "--average", "1", "--precision", "fp32"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -87,7 +87,7 @@ def test_copy_is_learned_from_the_command_line(tmp_path):
     assert result.returncode == 0, result.stderr
     hyps = result.stdout.splitlines()
     targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()
-    assert sum(h == t for h, t in zip(hyps, targets)) / len(targets) > 0.9
+    assert sum(h == t for h, t in zip(hyps, targets)) / len(targets) > 0.9, (hyps[:3], targets[:3])
     assert "sacreBLEU" in result.stderr and "nrefs:1|case:mixed|eff:no|tok:13a" in result.stderr
 
 
@@ -195,7 +195,7 @@ def test_the_tokenizer_loads_in_transformers_with_the_same_ids(reverse_run):
 
     directory = os.path.join(reverse_run[0], "model")
     ours, theirs = load(directory).tokenizer, AutoTokenizer.from_pretrained(directory)
-    text = "red dog runs happy"
+    text = "red dog runs black"
     assert theirs(text)["input_ids"] == ours.encode(text)
     assert theirs.decode(ours.encode(text), skip_special_tokens=True) == text
 
