@@ -29,3 +29,53 @@ def sst2_sentences(n: int, seed: int) -> tuple[list[str], list[int]]:
         rows = [line.rstrip("\n").split("\t") for line in f][1:]
     chosen = np.random.default_rng(seed).choice(len(rows), n, replace=False)
     return [rows[i][0] for i in chosen], [int(rows[i][1]) for i in chosen]
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX); without it bf16 is
+    emulated and many times slower than fp32, so benchmarks run fp32 alone."""
+    import torch
+
+    return getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+
+
+def provenance(argv: list[str]) -> dict:
+    """Where a result came from: the command, the commit (with "+dirty" for uncommitted changes), the
+    date (UTC), the CPU and whether it has bf16, the threads and the library versions."""
+    import datetime
+    import platform
+    import shlex
+    import subprocess
+
+    import torch
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        import transformers
+        hf = transformers.__version__
+    except ImportError:
+        hf = None
+    return {"command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(argv[0]), *argv[1:]]),
+            "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpu": cpu, "bf16": cpu_has_bf16(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": hf}
+
+
+def provenance_line(p: dict) -> str:
+    """`provenance` as the one line above a results table."""
+    return (f"`{p['command']}` at {p['commit']}, {p['date']}; {p['cpu']}, {p['threads']} threads, "
+            f"bf16 {'yes' if p['bf16'] else 'no (fp32 only)'}; torch {p['torch']}, transformers {p['transformers']}")

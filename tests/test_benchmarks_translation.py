@@ -1,0 +1,106 @@
+"""benchmarks/translation.py: every command its docstring quotes parses with the script's own
+parser, and the pure pieces (the pair argument, the peer's batches, the BLEU curve read from a run's
+metrics.jsonl, the tables) do what the reports say. The runs themselves take minutes (`speed --quick`
+took 3 to 6 on two shared cores, in eleven processes), so they are not run here."""
+
+import argparse
+import json
+import os
+import shlex
+import sys
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+translation = pytest.importorskip("translation")
+
+
+def _quoted_commands() -> list[list[str]]:
+    prefix = "python benchmarks/translation.py "
+    return [shlex.split(line.strip()[len(prefix):]) for line in translation.__doc__.splitlines()
+            if line.strip().startswith(prefix)]
+
+
+def test_every_quoted_command_parses():
+    commands = _quoted_commands()
+    assert len(commands) == 7  # the docstring's examples: a change to them shows here
+    parser = translation.build_parser()
+    parsed = [parser.parse_args(c) for c in commands]
+    assert [a.command for a in parsed] == ["quality"] * 3 + ["speed"] * 2 + ["quality", "speed"]
+    full = parsed[0]
+    assert (full.pair, full.minutes, full.peer_minutes, full.no_peer, full.quick) == (("en", "de"), 60.0, None, False,
+                                                                                      False)
+    assert parsed[1].peer_minutes == 30.0 and parsed[2].no_peer
+    assert parsed[4].model == "runs/mt-quality/ours/model" and parsed[3].sentences == 500
+    assert parsed[5].quick and parsed[6].quick and parsed[6].out == "runs/mt-speed-quick"
+    assert parser.parse_args(["speed"]).out == "runs/mt-speed"
+
+
+def test_the_pair_is_two_different_multi30k_languages():
+    assert translation.pair_arg("fr-en") == ("fr", "en")
+    for bad in ("en-en", "en-xx", "en", "en-de-fr"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            translation.pair_arg(bad)
+    with pytest.raises(SystemExit):
+        translation.build_parser().parse_args(["quality", "--pair", "de-de"])
+
+
+def test_peer_batches_keep_the_padded_budget_and_every_pair_once():
+    lengths = [(3, 5), (9, 2), (4, 4), (12, 13), (1, 1), (7, 8), (12, 12), (2, 6)]
+    pairs = [([0] * s, [0] * t) for s, t in lengths]
+    batches = translation.peer_batches(pairs, 25)
+    assert sorted(i for b in batches for i in b) == list(range(len(pairs)))
+    assert all(max(max(lengths[i]) for i in b) * len(b) <= 25 for b in batches)
+    # by source length; (7, 8) would make the first 5 x 8; (12, 13) beside (12, 12) 2 x 13 = 26
+    assert batches == [[4, 7, 0, 2], [5, 1], [6], [3]]
+
+
+def test_the_bleu_curve_takes_the_minutes_of_the_step_records(tmp_path):
+    records = [{"step": 10, "loss": 5.0, "tokens_per_s": 900, "elapsed_s": 30.0},
+               {"step": 20, "loss": 4.0, "tokens_per_s": 1000, "elapsed_s": 60.0},
+               {"step": 20, "eval": {"loss": 4.5, "accuracy": 0.2, "bleu": 0.0812}},
+               {"step": 30, "loss": 3.0, "tokens_per_s": 1100, "elapsed_s": 96.0},
+               {"step": 33, "eval": {"loss": 3.5, "accuracy": 0.3, "bleu": 0.1234}}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    curve = translation.bleu_curve(translation._records(str(path)))
+    assert curve == [{"step": 20, "minutes": 1.0, "valid_bleu": 8.12, "valid_loss": 4.5},
+                     {"step": 33, "minutes": 1.6, "valid_bleu": 12.34, "valid_loss": 3.5}]
+
+
+def test_speed_rows_compare_against_ours_and_name_what_is_missing():
+    results = {"ours": {"sentences_per_s": 30.0, "peak_rss_mb": 400.4, "same_as_ours": 1.0, "mean_words": 12.0},
+               "transformers": {"sentences_per_s": 12.0, "peak_rss_mb": 700.0, "same_as_ours": 0.98,
+                                "mean_words": 12.1}}
+    rows = translation.speed_rows("beam 5", "fp32", results, "sentences")
+    assert [(r["impl"], r["ours_vs_this"], r["peak_mb"]) for r in rows] == [("ours", 1.0, 400),
+                                                                            ("transformers", 2.5, 700)]
+    rows.append({"case": "beam 5", "impl": "ctranslate2", "precision": "fp32", "note": "not installed"})
+    table = translation.speed_markdown({"model": "m", "rounds": 2, "rows": rows})
+    assert "| beam 5 | transformers | fp32 | 12.0 sentences/s | 2.50x | 700 | same translation as ours 98.0%" in table
+    assert "| beam 5 | ctranslate2 | fp32 | - | - | - | not installed |" in table
+
+
+def test_test_scores_and_the_quality_table(tmp_path):
+    pytest.importorskip("sacrebleu")
+    pairs = [("a", "Ein Hund läuft über die Wiese ."), ("b", "Zwei Männer spielen Fußball im Park ."),
+             ("c", "Eine Frau liest ein Buch .")]
+    hyps = [pairs[0][1], pairs[1][1], "ganz etwas anderes hier"]
+    scores = translation.test_scores(hyps, pairs, 2, str(tmp_path / "test.hyp"))
+    assert (tmp_path / "test.hyp").read_text(encoding="utf-8").splitlines() == hyps
+    assert scores["test_first"]["sentences"] == 2 and scores["test_first"]["bleu"] == 100.0
+    assert scores["test_all"]["sentences"] == 3 and 0 < scores["test_all"]["bleu"] < 100
+    assert "case:lc" in scores["test_all"]["signatures"]["bleu_lc"]
+    ours = {"impl": "bertforge", "precision": "bf16", "steps": 1200, "train_minutes": 10.0, "tokens_per_s": 5000,
+            "curve": [{"step": 500, "minutes": 4.1, "valid_bleu": 20.5, "valid_loss": 3.1}],
+            "averaged": ["step-0001000", "step-0001200"], "final_valid_bleu": 25.0, "peak_rss_mb": 1500, **scores}
+    peer = {**ours, "impl": "transformers", "tokens_per_s": None, "peak_rss_mb": 1300}
+    report = {"pair": "en-de", "settings": {"ours": {}}, "results": [ours, peer]}
+    table = translation.quality_markdown(report)
+    assert "| 4.1 | 500 | 20.5 | 3.1 |" in table
+    assert "| end, the mean of the last 2 checkpoints | 1200 | 25.0 | |" in table
+    all_, first = scores["test_all"], scores["test_first"]
+    assert (f"| bertforge | bf16 | 10.0 | 1,200 | 5,000 | {all_['bleu']} / 100.0 | {all_['bleu_lc']} / 100.0 | "
+            f"{all_['chrf']} / {first['chrf']} | 1,500 |") in table
+    assert "| transformers | bf16 | 10.0 | 1,200 | - |" in table
