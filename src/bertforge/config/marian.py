@@ -12,8 +12,9 @@ from .base import HFConfig, _check
 PRESETS = {
     "mt-tiny": dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                     decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128),
+    # dropout 0.3, as the Transformers reported on Multi30k use: 29,000 pairs are seen ~60 times an hour
     "multi30k": dict(d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4,
-                     decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024),
+                     decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, dropout=0.3),
     "base": dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
                  decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048),
     "big": dict(d_model=1024, encoder_layers=6, decoder_layers=6, encoder_attention_heads=16,
