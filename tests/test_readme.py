@@ -94,6 +94,12 @@ def squad(articles: int) -> str:
     return json.dumps({"version": "1.1", "data": data})
 
 
+def parallel(n: int, lang: str) -> str:
+    """`n` lines of a made-up translation task: German as the English backwards."""
+    lines = [sentence(i, 5) for i in range(n)]
+    return "".join((line if lang == "en" else " ".join(reversed(line.split()))) + "\n" for line in lines)
+
+
 def lay_out(root: Path) -> Path:
     """The scratch folder the README's commands run in: `root/main` (the checkout, the working
     folder) and `root/shared/data` beside it, both with tiny files at the README's paths."""
@@ -110,7 +116,9 @@ def lay_out(root: Path) -> Path:
                                                                 "pg161.txt"])}
     shared_files = {**{f"corpus/gutenberg/{k}": v for k, v in gutenberg.items()},
                     "glue/SST-2/train.tsv": sst(160), "glue/SST-2/dev.tsv": sst(12),
-                    "conll2003/train.txt": conll(12), "conll2003/valid.txt": conll(4)}
+                    "conll2003/train.txt": conll(12), "conll2003/valid.txt": conll(4),
+                    **{f"multi30k/{split}.{lang}": parallel(count, lang) for split, count in
+                       (("train", 60), ("val", 6), ("test_2016_flickr", 5)) for lang in ("en", "de")}}
     for base, table in ((work, files), (shared, shared_files)):
         for name, text in table.items():
             (base / name).parent.mkdir(parents=True, exist_ok=True)
@@ -200,6 +208,15 @@ def scaled(argv: list[str]) -> list[str]:
         argv = option(argv, "--quiet", None)
     elif command == "generate":
         argv = option(argv, "--max-new-tokens", "5")
+    elif command == "train-translation":
+        if "--max-minutes" in argv:
+            i = argv.index("--max-minutes")
+            argv = argv[:i] + argv[i + 2:]
+        for flag, value in (("--steps", "4"), ("--preset", "mt-tiny"), ("--vocab-size", "200"),
+                            ("--eval-every", "4"), ("--average", "2"), ("--bleu-sentences", "4")):
+            argv = option(argv, flag, value)
+    elif command == "translate":
+        argv = option(argv, "--max-len-b", "4")
     return argv
 
 
@@ -227,7 +244,8 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
     """Beyond its exit code, one thing each kind of command must have done: the file it writes is
     there and reads back, or what it prints says what it should. `argv` as run (scaled down)."""
     command, lines = argv[0], out.strip().splitlines()
-    assert lines or command in ("embed", "predict") and "--output" in argv, "it printed nothing"
+    assert lines or command in ("embed", "predict", "translate") and "--output" in argv or command == "translate", \
+        "it printed nothing"
     if command in ("pretrain", "finetune"):
         run = work / value_of(argv, "--out")
         saved_model(run / "model")
@@ -241,6 +259,13 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
         assert json.loads((work / value_of(argv, "--out") / "tokenizer.json").read_text())["model"]["vocab"]
     elif command == "generate":
         assert lines[0].startswith(argv[2]), lines  # the prompt, then what the model adds
+    elif command == "train-translation":
+        assert saved_model(work / value_of(argv, "--out") / "model")["model_type"] == "marian"
+        assert re.match(r"done at step 4; validation: \{'loss'", lines[-1]), lines[-1]
+    elif command == "translate":
+        given = (work / value_of(argv, "--input")).read_text().splitlines() if "--input" in argv else [argv[-1]]
+        written = (work / value_of(argv, "--output")).read_text() if "--output" in argv else out
+        assert written.count("\n") == (len(given) if "--input" in argv else 1), written  # a line each, empty or not
     elif command == "evaluate-lm":
         # a masked LM's accuracy, or a left-to-right or bidirectional LM's perplexity, beside its baseline
         assert re.search(r"masked-token accuracy \d+\.\d%, always guessing|perplexity [\d.]+, \w+ frequencies alone",

@@ -40,7 +40,7 @@ def _write(prefix: str, count: int, seed: int) -> None:
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    """A mt-tiny model after 150 steps of learning to reverse (~5 s): translations that differ by
+    """A mt-tiny model after 600 steps of learning to reverse (~12 s): translations that differ by
     sentence and attention that is not uniform."""
     from bertforge.train_translation import train_translation
 
@@ -52,8 +52,8 @@ def model(tmp_path_factory):
     torch.set_num_threads(1)  # a tiny model: a second thread costs more than it gives
     try:
         train_translation("src", "tgt", str(root / "train"), str(root / "valid"), str(root / "run"), preset="mt-tiny",
-                          vocab_size=60, max_tokens=600, steps=150, lr=3e-3, warmup=30, eval_every=150,
-                          bleu_sentences=20, average=1, save_every=150, precision="fp32", progress=False,
+                          vocab_size=120, max_tokens=600, steps=600, lr=3e-3, warmup=30, eval_every=600,
+                          bleu_sentences=20, average=1, save_every=600, precision="fp32", progress=False,
                           overrides={"dropout": 0.0, "attention_dropout": 0.0})
     finally:
         torch.set_num_threads(threads)

@@ -116,15 +116,17 @@ def test_marian_layout_positions_are_transformers_sinusoids():
     torch.testing.assert_close(sinusoids(50, 16), theirs.weight.data.float(), atol=1e-6, rtol=0)
 
 
-def test_our_directory_loads_in_transformers_with_equal_logits(tmp_path):
+@pytest.mark.parametrize("tied", [True, False])
+def test_our_directory_loads_in_transformers_with_equal_logits(tmp_path, tied):
     from transformers import AutoModelForSeq2SeqLM
 
     torch.manual_seed(0)
-    ours = TranslationObjective(_tiny_config())
+    ours = TranslationObjective(_tiny_config(tie_word_embeddings=tied))
     with torch.no_grad():  # nothing left at its initial zero, so that every tensor's place is checked
         for p in ours.parameters():
             p.add_(torch.randn_like(p) * 0.1)
         ours.backbone.final_logits_bias.normal_()
+        ours.backbone.embeddings.weight[39].zero_()  # the pad row, zero in every model we train
     write_parts(ours, str(tmp_path))
     theirs = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path)).eval()
     assert type(theirs).__name__ == "MarianMTModel"
@@ -222,3 +224,69 @@ def test_bad_input_is_one_line_naming_file_and_line(tmp_path):
                            str(data / "in.txt"), "--output", str(data / "in.txt")], capture_output=True, text=True,
                           env=env)
     assert done.returncode == 2 and (data / "in.txt").read_bytes().startswith(b"fine")
+
+
+def test_pre_ln_round_trips_through_its_directory(tmp_path):
+    torch.manual_seed(0)
+    ours = TranslationObjective(_tiny_config(normalize_before=True))
+    with torch.no_grad():
+        ours.backbone.encoder.norm.weight.normal_()
+    write_parts(ours, str(tmp_path))
+    from bertforge.families import load_config
+    from bertforge.formats.marian import load_model
+
+    back = load_model(Transformer, str(tmp_path), config=load_config(str(tmp_path))).eval()
+    source, mask, target = _batch()
+    with torch.no_grad():
+        torch.testing.assert_close(back(source, mask, target), ours.backbone.eval()(source, mask, target),
+                                   atol=0, rtol=0)
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    train = _write_task(data, "train", 300, True, seed=5)
+    valid = _write_task(data, "valid", 10, True, seed=6)
+    common = dict(preset="mt-tiny", vocab_size=120, max_tokens=300, lr=3e-3, warmup=5, eval_every=6,
+                  bleu_sentences=4, average=1, precision="fp32", progress=False)
+    train_translation("src", "tgt", train, valid, str(tmp_path / "straight"), steps=12, **common)
+    train_translation("src", "tgt", train, valid, str(tmp_path / "parts"), steps=6, **common)
+    train_translation("src", "tgt", train, valid, str(tmp_path / "parts"), steps=12, resume=True, **common)
+    a = load(str(tmp_path / "straight" / "model")).model.state_dict()
+    b = load(str(tmp_path / "parts" / "model")).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["embeddings.weight"], load(str(tmp_path / "parts" / "checkpoints" / "step-0000006")
+                                                        ).model.state_dict()["embeddings.weight"])
+
+
+def test_the_pad_row_stays_zero_through_training(reverse_run):
+    """CTranslate2 starts Marian's decoder from a zero embedding where the pad (start) token is."""
+    model = load(os.path.join(reverse_run[0], "model")).model
+    assert model.embeddings.weight[model.config.pad_token_id].abs().max() == 0
+    assert model.embeddings.weight[model.config.eos_token_id].abs().max() > 0
+
+
+def test_onnx_export_of_encoder_and_decoder_decodes_as_we_do(reverse_run, tmp_path):
+    pytest.importorskip("onnxruntime", reason="the onnx extra (make test installs it)")
+    import numpy as np
+    import onnxruntime
+
+    from bertforge.onnx_export import export_onnx
+
+    report = export_onnx(os.path.join(reverse_run[0], "model"), str(tmp_path / "onnx"))
+    assert report["max_difference"] < 1e-4
+    loaded = load(os.path.join(reverse_run[0], "model"))
+    from bertforge.translate import pad
+
+    source, mask = pad(loaded.tokenizer.encode_batch(["red dog runs", "blue cat jumps black"]), loaded.tokenizer.pad_id)
+    encoder = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "encoder_model.onnx"))
+    decoder = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "decoder_model.onnx"))
+    (states,) = encoder.run(None, {"input_ids": source.numpy(), "attention_mask": mask.long().numpy()})
+    tokens = np.full((2, 1), loaded.config.decoder_start_token_id, dtype=np.int64)
+    for _ in range(6):  # greedy decoding in onnxruntime alone
+        (logits,) = decoder.run(None, {"input_ids": tokens, "encoder_hidden_states": states,
+                                       "encoder_attention_mask": mask.long().numpy()})
+        logits[:, -1, loaded.config.pad_token_id] = -np.inf
+        tokens = np.concatenate([tokens, logits[:, -1].argmax(-1)[:, None]], axis=1)
+    texts = [loaded.tokenizer.decode(row[1:].tolist()) for row in tokens]
+    assert texts == ["runs dog red", "black jumps cat blue"]

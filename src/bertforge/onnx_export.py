@@ -83,16 +83,25 @@ def sample_inputs(vocab_size: int, choices: int | None, batch: int = 2, length: 
     return ids * mask, mask, types * mask
 
 
-def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -> dict:
-    """Write the model in `directory` to `out` as ONNX; with `check`, first run the new file in
-    onnxruntime on a padded batch, and stop with an error, `out` untouched, if any output differs
-    from ours by more than the tolerance (see `compare`)."""
+def _need_onnx() -> None:
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError:
         raise BertforgeError("export to ONNX needs onnx and onnxscript (and onnxruntime to check the file): "
                              "pip install 'bertforge[onnx]'") from None
+
+
+def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -> dict:
+    """Write the model in `directory` to `out` as ONNX; with `check`, first run the new file in
+    onnxruntime on a padded batch, and stop with an error, `out` untouched, if any output differs
+    from ours by more than the tolerance (see `compare`). A translation model is two files in the
+    folder `out` (see `export_translation`)."""
+    _need_onnx()
+    if "translate" in family_of(read_config(directory)).uses:
+        from .onnx_translation import export_translation
+
+        return export_translation(directory, out, opset, check)
     if not out.endswith(".onnx"):
         raise BertforgeError(f"{out}: the ONNX file's name must end in .onnx")
     check_apart(out, directory)

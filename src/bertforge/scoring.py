@@ -12,7 +12,8 @@ from __future__ import annotations
 from .errors import BertforgeError
 
 
-def _sacrebleu():
+def load_sacrebleu():
+    """The sacrebleu module, or an error saying how to install it."""
     try:
         import sacrebleu
     except ImportError:
@@ -25,7 +26,7 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
     signatures that say how each was computed."""
     if len(hypotheses) != len(references):
         raise BertforgeError(f"{len(hypotheses)} translations for {len(references)} references")
-    sacrebleu = _sacrebleu()
+    sacrebleu = load_sacrebleu()
     bleu = sacrebleu.metrics.BLEU()
     lower = sacrebleu.metrics.BLEU(lowercase=True)
     chrf = sacrebleu.metrics.CHRF()

@@ -21,8 +21,9 @@ from .data.parallel import TokenBatches, TranslationTokenizer, encode_pairs, rea
 from .errors import BertforgeError
 from .models.translation import TranslationObjective
 from .scoring import corpus_scores
+from .scoring import load_sacrebleu
 from .training.checkpoints import latest_checkpoint
-from .training.trainer import TrainOptions, train
+from .training.trainer import TrainOptions, distributed_setup, train
 from .translate import DecodeOptions, translate
 
 TOKENIZER_DIR = "tokenizer"
@@ -44,16 +45,24 @@ def train_translation(source_lang: str, target_lang: str, train_path: str, valid
         raise BertforgeError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if source_lang == target_lang:
         raise BertforgeError(f"the source and target languages are both {source_lang!r}")
+    if bleu_sentences:
+        load_sacrebleu()  # before any work, not at the first evaluation
     train_pairs = read_parallel(train_path, source_lang, target_lang)
     valid_pairs = read_parallel(valid_path, source_lang, target_lang)
     run_config = {"task": "translation", "source_lang": source_lang, "target_lang": target_lang,
                   "train": os.path.abspath(train_path), "valid": os.path.abspath(valid_path), "preset": preset,
                   "vocab_size": vocab_size, "vocab_kind": vocab_kind, "max_tokens": max_tokens,
                   "max_length": max_length, "label_smoothing": label_smoothing, "overrides": overrides or {}}
-    tokenizer = _tokenizer(out, train_pairs, vocab_size, vocab_kind, resume, run_config)
+    rank, world, _ = distributed_setup()
+    if rank == 0:  # the others wait, then read the vocabulary it saved
+        tokenizer = _tokenizer(out, train_pairs, vocab_size, vocab_kind, resume, run_config)
+    if world > 1:
+        torch.distributed.barrier()
+    if rank != 0:
+        tokenizer = TranslationTokenizer.from_pretrained(os.path.join(out, TOKENIZER_DIR))
     data = TokenBatches(encode_pairs(train_pairs, tokenizer), max_tokens, tokenizer.pad_id, seed=seed,
-                        valid=encode_pairs(valid_pairs, tokenizer), max_length=max_length)
-    if progress:
+                        valid=encode_pairs(valid_pairs, tokenizer), max_length=max_length, rank=rank, world=world)
+    if progress and rank == 0:
         print(f"data: {data.describe()}", flush=True)
     config = translation_config(preset, tokenizer.vocab_size, tokenizer.pad_id, tokenizer.eos_id, **(overrides or {}))
     torch.manual_seed(seed)
@@ -66,7 +75,7 @@ def train_translation(source_lang: str, target_lang: str, train_path: str, valid
     summary = train(model, data, options, tokenizer, {**(command_line or {}), **run_config,
                                                       "kept_pairs": len(data), "skipped_pairs": data.skipped},
                     resume, evaluator)
-    if average > 1 and summary["status"] != "interrupted":
+    if average > 1 and summary["status"] != "interrupted" and rank == 0:
         summary["averaged"] = average_into_model(model, tokenizer, out, average)
         summary["eval"] = evaluator(model)
         with open(os.path.join(out, "run_config.json"), encoding="utf-8") as f:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from .common import REPORT_TO, HelpFormatter, add_device, resolve_device
@@ -39,6 +40,8 @@ def _add_train(commands) -> None:
     p.add_argument("--average", type=int, default=5, help="the model is the mean of the last N checkpoints")
     p.add_argument("--pre-ln", action="store_true",
                    help="LayerNorm before each sublayer (not the paper's order; transformers cannot load it)")
+    p.add_argument("--untie-output", action="store_true",
+                   help="give the output projection its own matrix (the paper's is the shared embedding matrix)")
     p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
                    help="auto: bf16 where the CPU or GPU has it, else fp32")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation and batch order")
@@ -74,7 +77,9 @@ def run_train(args) -> None:
         steps=args.steps, max_minutes=args.max_minutes, lr=args.lr, warmup=args.warmup,
         label_smoothing=args.label_smoothing, eval_every=args.eval_every, bleu_sentences=args.bleu_sentences,
         average=args.average, precision=args.precision, seed=args.seed, resume=args.resume,
-        report_to=tuple(args.report_to or ()), overrides={"normalize_before": True} if args.pre_ln else None)
+        report_to=tuple(args.report_to or ()),
+        overrides={**({"normalize_before": True} if args.pre_ln else {}),
+                   **({"tie_word_embeddings": False} if args.untie_output else {})})
     print(f"{summary['status']} at step {summary['step']}; validation: {summary['eval']}")
 
 
@@ -106,9 +111,11 @@ def run_translate(args) -> None:
 def _read_lines(path: str | None) -> list[str]:
     from ..errors import BertforgeError
 
+    if path is None and not hasattr(sys.stdin, "buffer"):  # a text stream already (a notebook's, a test's)
+        return [line.rstrip("\r\n") for line in sys.stdin]
     raw = sys.stdin.buffer if path is None else open(path, "rb")
     lines = []
-    with raw:
+    with raw if path is not None else contextlib.nullcontext(raw):
         for number, line in enumerate(raw, 1):
             try:
                 lines.append(line.decode("utf-8").rstrip("\r\n"))

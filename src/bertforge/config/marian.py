@@ -31,6 +31,7 @@ class MarianConfig(HFConfig):
     the second), embeddings scaled by sqrt(d_model), one vocabulary shared by source, target and
     output (`share_encoder_decoder_embeddings`, `tie_word_embeddings`), ReLU feed-forward.
 
+    `tie_word_embeddings` false gives the output its own matrix (HF's `lm_head`).
     `normalize_before` (ours, not HF's) builds the pre-LayerNorm order instead, with a LayerNorm
     after the last block of each stack; `transformers` has no Marian in that order, so such a model
     is saved in the same layout but does not load there. Defaults are the paper's base model with

@@ -262,14 +262,17 @@ class TokenBatches:
     Pairs whose source or target has more than `max_length` ids are skipped and counted
     (`skipped`, `valid_skipped`, `describe()`). The training pairs are sorted once by (source
     length, target length), ties broken by a seeded draw, and cut into batches greedily; each epoch
-    visits every batch once, in an order drawn from (seed, epoch)."""
+    visits every batch once, in an order drawn from (seed, epoch). Under torchrun, process `rank` of
+    `world` takes every world-th batch of that order (the epoch's last few, fewer than `world`, are
+    left out, so that every process has one each step)."""
 
     def __init__(self, pairs_ids: list[Pair], max_tokens: int, pad_id: int, seed: int = 0,
-                 valid: list[Pair] | None = None, max_length: int = 256):
+                 valid: list[Pair] | None = None, max_length: int = 256, rank: int = 0, world: int = 1):
         if max_tokens < max_length:
             raise BertforgeError(f"max_tokens ({max_tokens}) must be at least max_length ({max_length}), so that "
                                  "every kept pair fits in a batch")
         self.max_tokens, self.pad_id, self.seed, self.max_length = max_tokens, pad_id, seed, max_length
+        self.rank, self.world = rank, world
         self.pairs, self.skipped = self._keep(pairs_ids)
         if not self.pairs:
             raise BertforgeError(f"none of the {len(pairs_ids)} training pairs fits max_length {max_length}")
@@ -319,9 +322,9 @@ class TokenBatches:
         epoch, index = position.epoch, position.index
         while True:
             order = self.epoch_order(epoch)
-            while index < len(order):
-                batch = self.collate([self.pairs[i] for i in self.train_batches[order[index]]])
-                index += 1
+            while index + self.world <= len(order):
+                batch = self.collate([self.pairs[i] for i in self.train_batches[order[index + self.rank]]])
+                index += self.world
                 yield Position(epoch, index), [batch]
             epoch, index = epoch + 1, 0
 

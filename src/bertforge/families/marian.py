@@ -10,5 +10,6 @@ FAMILY = Family(
     name="translation", model_types=("marian",), config=MarianConfig, presets=PRESETS, objectives=(),
     encoder="bertforge.models.translation:Transformer", task_model=None,
     finetuning="bertforge.recipe:finetuning_by_width", describe="translation Transformer", tasks=(),
-    vocab_kind="joint", checkpoint="bertforge.formats.marian", default_preset="multi30k", uses=("translate", "serve"),
+    vocab_kind="joint", checkpoint="bertforge.formats.marian", default_preset="multi30k",
+    uses=("translate", "serve", "onnx"),
 )

@@ -22,6 +22,7 @@ from .tensors import check_finite, load_state, read_safetensors
 
 WEIGHTS = "model.safetensors"
 SHARED = "model.shared.weight"
+STACK_EMBEDDINGS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
 # ours -> MarianMTModel's, for layer {i} of a stack {s}; fused projections are below.
 LAYER_KEYS = {
     "attention.inner.out": "self_attn.out_proj",
@@ -50,6 +51,8 @@ def key_map(config) -> list[tuple[str, str]]:
             for ours, theirs in table.items():
                 for kind in ("weight", "bias"):
                     pairs.append((f"{stack}.layers.{i}.{ours}.{kind}", f"model.{stack}.layers.{i}.{theirs}.{kind}"))
+    if not config.tie_word_embeddings:
+        pairs.append(("output.weight", "lm_head.weight"))
     if config.normalize_before:
         pairs += [(f"{ours}.{kind}", f"{theirs}.{kind}") for ours, theirs in STACK_NORM.items() for kind in ("weight", "bias")]
     return pairs
@@ -76,6 +79,8 @@ def to_hf(model: nn.Module) -> dict[str, torch.Tensor]:
     tensors["final_logits_bias"] = tensors["final_logits_bias"][None, :]  # HF's (1, V)
     for ours, theirs in fused_map(config):
         tensors.update(zip(theirs, state[ours].chunk(len(theirs), dim=0)))
+    if not config.tie_word_embeddings:  # HF then unties the stacks' embeddings from `shared` too: copies
+        tensors.update({name: state["embeddings.weight"].clone() for name in STACK_EMBEDDINGS})
     return {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
 
 
@@ -91,6 +96,10 @@ def from_hf(tensors: dict[str, torch.Tensor], config, source: str) -> dict[str, 
                                  "-layer MarianMTModel has")
         state[ours] = tensors[theirs]
     state["final_logits_bias"] = state["final_logits_bias"].reshape(-1)
+    for name in STACK_EMBEDDINGS:  # one matrix here: a model whose stacks embed differently does not fit
+        if name in tensors and not torch.equal(tensors[name], state["embeddings.weight"]):
+            raise BertforgeError(f"{source}: {name} differs from {SHARED}; bertforge's translation models share "
+                                 "one embedding matrix")
     for ours, theirs in fused_map(config):
         missing = [t for t in theirs if t not in tensors]
         if missing:

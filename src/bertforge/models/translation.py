@@ -162,13 +162,21 @@ class Transformer(nn.Module):
         self.encoder = Stack(config, EncoderLayer, config.encoder_layers)
         self.decoder = Stack(config, DecoderLayer, config.decoder_layers)
         # HF's MarianMTModel adds this (zeros unless a converted Marian model set it) to every logit.
+        # the output projection is the embedding matrix (the paper's), or its own with tie_word_embeddings off
+        self.output = None if config.tie_word_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.register_buffer("final_logits_bias", torch.zeros(config.vocab_size))
+        # The pad row stays zero (Marian's): CTranslate2 starts the decoder from a zero embedding
+        # in its place. `padding_idx` stops the lookup's gradient; this mask stops the output's.
+        keep = torch.ones(config.vocab_size, 1)
+        keep[config.pad_token_id] = 0.0
+        self.register_buffer("keep_rows", keep, persistent=False)
         self.apply(self._init)
 
     def _init(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=self.config.init_std)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             # fairseq's: std d^-0.5, so that the scaled embedding (x sqrt(d)) is as large as the
             # position signal; at HF's 0.02 the signal drowns the words early in training
@@ -196,7 +204,8 @@ class Transformer(nn.Module):
         return self.decoder.finish(x)
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
-        return F.linear(states, self.embeddings.weight) + self.final_logits_bias
+        weight = self.embeddings.weight * self.keep_rows if self.output is None else self.output.weight
+        return F.linear(states, weight) + self.final_logits_bias
 
     def cross_caches(self, memory: torch.Tensor) -> list[dict]:
         """A fresh cache per decoder layer, holding the encoder states' keys and values."""
