@@ -98,6 +98,7 @@ def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -
     from ours by more than the tolerance (see `compare`). A translation model is two files in the
     folder `out` (see `export_translation`)."""
     _need_onnx()
+    check_apart(out, directory)
     if "translate" in family_of(read_config(directory)).uses:
         from .onnx_translation import export_translation
 
