@@ -14,7 +14,6 @@ hidden state carried between batches is part of a checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ from .families import resolve
 from .formats import native
 from .models.objectives import BiLMPretraining, RecurrentLMPretraining
 from .paths import check_apart
-from .training.checkpoints import latest_checkpoint
+from .training.checkpoints import check_same_settings, latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
 
 # AWD-LSTM trains through a sampled softmax of this many words by default when its vocabulary is
@@ -260,13 +259,5 @@ def _resume_vocabulary(out: str, run_config: dict) -> WordVocab:
     latest = latest_checkpoint(out)
     if latest is None:
         raise BertforgeError(f"{out}: no checkpoint to resume from")
-    path = os.path.join(out, "run_config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            saved = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise BertforgeError(f"{path}: cannot be read ({e})") from None
-    changed = [f"{k} ({saved.get(k)!r} then, {v!r} now)" for k, v in run_config.items() if saved.get(k) != v]
-    if changed:
-        raise BertforgeError(f"{out}: resuming needs the same settings; changed: {'; '.join(changed)}")
+    check_same_settings(out, run_config)
     return WordVocab.from_pretrained(latest)

@@ -22,7 +22,7 @@ from .errors import BertforgeError
 from .models.translation import TranslationObjective
 from .scoring import corpus_scores
 from .scoring import load_sacrebleu
-from .training.checkpoints import latest_checkpoint
+from .training.checkpoints import check_same_settings, latest_checkpoint
 from .training.trainer import TrainOptions, distributed_setup, train
 from .translate import DecodeOptions, translate
 
@@ -116,25 +116,13 @@ def _tokenizer(out: str, pairs, vocab_size: int, kind: str, resume: bool, run_co
     if resume:
         if latest_checkpoint(out) is None:
             raise BertforgeError(f"{out}: no checkpoint to resume from")
-        _check_same_run(out, run_config)
+        check_same_settings(out, run_config)
         return TranslationTokenizer.from_pretrained(path)
     if latest_checkpoint(out):
         raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
     tokenizer = TranslationTokenizer.train((text for pair in pairs for text in pair), vocab_size, kind)
     tokenizer.save_pretrained(path)
     return tokenizer
-
-
-def _check_same_run(out: str, run_config: dict) -> None:
-    path = os.path.join(out, "run_config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            saved = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise BertforgeError(f"{path}: cannot be read ({e})") from None
-    changed = [f"{k} ({saved.get(k)!r} then, {v!r} now)" for k, v in run_config.items() if saved.get(k) != v]
-    if changed:
-        raise BertforgeError(f"{out}: resuming needs the same data settings; changed: {'; '.join(changed)}")
 
 
 def average_into_model(objective, tokenizer, out: str, count: int) -> list[str]:

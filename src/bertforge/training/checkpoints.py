@@ -5,6 +5,7 @@ listing takes for one; the newest `keep` are kept."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,19 @@ def latest_checkpoint(out: str) -> str | None:
 def all_checkpoints(out: str) -> list[str]:
     """The complete checkpoints of the run in `out`, oldest first."""
     return _list(os.path.join(out, "checkpoints"))
+
+
+def check_same_settings(out: str, settings: dict) -> None:
+    """Refuse to resume the run in `out` with data settings other than those its run_config.json saved."""
+    path = os.path.join(out, "run_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise BertforgeError(f"{path}: cannot be read ({e})") from None
+    changed = [f"{k} ({saved.get(k)!r} then, {v!r} now)" for k, v in settings.items() if saved.get(k) != v]
+    if changed:
+        raise BertforgeError(f"{out}: resuming needs the same settings; changed: {'; '.join(changed)}")
 
 
 def remove_incomplete(directory: str) -> None:
