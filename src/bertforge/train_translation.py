@@ -47,6 +47,10 @@ def train_translation(source_lang: str, target_lang: str, train_path: str, valid
         raise BertforgeError(f"the source and target languages are both {source_lang!r}")
     if bleu_sentences:
         load_sacrebleu()  # before any work, not at the first evaluation
+    # oneDNN caches a bf16 kernel per shape with its scratch memory (MBs each), 1,024 of them by
+    # default; batches of varying shapes filled 15 GB in an hour. Read once, at the process's
+    # first kernel, so this bounds the command line's runs (and any process that sets it itself).
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "128")
     train_pairs = read_parallel(train_path, source_lang, target_lang)
     valid_pairs = read_parallel(valid_path, source_lang, target_lang)
     run_config = {"task": "translation", "source_lang": source_lang, "target_lang": target_lang,

@@ -255,6 +255,13 @@ def encode_pairs(pairs: list[tuple[str, str]], tokenizer: TranslationTokenizer) 
 # Batches
 
 
+def padded_width(width: int) -> int:
+    """`width` rounded up to a multiple of 8. Few distinct shapes keep oneDNN's bf16 kernels (cached
+    per shape, each holding its scratch memory) from piling up: without it a 2-minute run grew from
+    2.4 to 7 GB."""
+    return -(-width // 8) * 8
+
+
 class TokenBatches:
     """Training batches of pairs of similar length, each at most `max_tokens` wide by long
     (padded source and padded target each), and the held-out `valid` pairs cut the same way.
@@ -268,9 +275,10 @@ class TokenBatches:
 
     def __init__(self, pairs_ids: list[Pair], max_tokens: int, pad_id: int, seed: int = 0,
                  valid: list[Pair] | None = None, max_length: int = 256, rank: int = 0, world: int = 1):
-        if max_tokens < max_length:
-            raise BertforgeError(f"max_tokens ({max_tokens}) must be at least max_length ({max_length}), so that "
-                                 "every kept pair fits in a batch")
+        if max_tokens < padded_width(max_length):
+            raise BertforgeError(f"max_tokens ({max_tokens}) must be at least max_length ({max_length}) rounded up "
+                                 f"to a multiple of 8 ({padded_width(max_length)}), so that every kept pair fits "
+                                 "in a batch")
         self.max_tokens, self.pad_id, self.seed, self.max_length = max_tokens, pad_id, seed, max_length
         self.rank, self.world = rank, world
         self.pairs, self.skipped = self._keep(pairs_ids)
@@ -294,7 +302,7 @@ class TokenBatches:
         batches, start, widest_s, widest_t = [], 0, 0, 0
         for at, i in enumerate(order):
             widest_s, widest_t = max(widest_s, source[i]), max(widest_t, target[i])
-            if max(widest_s, widest_t) * (at - start + 1) > self.max_tokens:
+            if padded_width(max(widest_s, widest_t)) * (at - start + 1) > self.max_tokens:
                 batches.append(order[start:at])
                 start, widest_s, widest_t = at, source[i], target[i]
         batches.append(order[start:])
@@ -339,7 +347,7 @@ class TokenBatches:
         """One batch of `pairs`: the source padded with `pad_id` and its mask; the decoder input,
         `pad_id` (the start token) then the target without its final `</s>`; the target to
         predict, padded with -100."""
-        S, T = max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs)
+        S, T = (padded_width(max(len(p[side]) for p in pairs)) for side in (0, 1))
         source = torch.full((len(pairs), S), self.pad_id, dtype=torch.long)
         target_in = torch.full((len(pairs), T), self.pad_id, dtype=torch.long)
         target_out = torch.full((len(pairs), T), IGNORE, dtype=torch.long)

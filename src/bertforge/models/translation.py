@@ -232,8 +232,11 @@ class TranslationObjective(nn.Module):
         memory = model.encode(batch["source"], batch["source_mask"])
         states = model.decode(batch["target_in"], memory, batch["source_mask"])
         keep = batch["target_out"] != -100
-        logits = model.logits(states[keep]).float()  # (N, V)
-        gold = batch["target_out"][keep]
+        # N rounded up to a multiple of 64 (the extra rows ignored) for the same reason as padded_width
+        rows = states[keep]
+        extra = -len(rows) % 64
+        logits = model.logits(F.pad(rows, (0, 0, 0, extra))).float()  # (N, V)
+        gold = F.pad(batch["target_out"][keep], (0, extra), value=-100)
         loss = F.cross_entropy(logits, gold, reduction="sum", label_smoothing=self.label_smoothing)
         correct = (logits.argmax(-1) == gold).sum()
         return {"mt": loss}, {"mt": correct}
