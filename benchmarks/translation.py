@@ -25,6 +25,7 @@ speed    in one sitting, each measurement in its own process, in turn: the train
     python benchmarks/translation.py quality --pair en-de --minutes 60 --out runs/mt-quality
     python benchmarks/translation.py quality --pair en-de --minutes 60 --peer-minutes 30 --out runs/mt-quality
     python benchmarks/translation.py quality --pair en-de --minutes 60 --no-peer --out runs/mt-ours
+    python benchmarks/translation.py quality --arch lstm --word-vectors runs/glove.txt --no-peer --out runs/mt-lstm
     python benchmarks/translation.py speed --out runs/mt-speed
     python benchmarks/translation.py speed --model runs/mt-quality/ours/model --out runs/mt-speed
     python benchmarks/translation.py quality --quick --out runs/mt-quality-quick
@@ -296,13 +297,18 @@ def quality(args, size: dict) -> dict:
         sys.exit(f"{os.path.join(args.out, 'ours')} exists: choose another --out, or remove it")
     minutes = args.minutes or size["minutes"]
     ours = {"preset": size["preset"], "vocab_size": size["vocab_size"], "eval_every": size["eval_every"]}
+    if args.arch == "lstm":  # CoVe's model: its own sizes, ours alone (the peer is a Transformer)
+        if not (args.word_vectors and args.no_peer):
+            sys.exit("--arch lstm needs --word-vectors FILE and --no-peer (the peer is a Transformer)")
+        ours.update(arch="lstm", word_vectors=os.path.abspath(args.word_vectors),
+                    preset="cove-tiny" if args.quick else "cove")
     if args.quick:
         ours.update(bleu_sentences=50, warmup=100)
     defaults = {k: v.default for k, v in inspect.signature(train_translation).parameters.items()}
     recipe = {"lr": defaults["lr"], "warmup": ours.get("warmup", defaults["warmup"])}  # the peer's: ours'
     settings = {"pair": args.pair, "out": args.out, "minutes": minutes, "peer_minutes": args.peer_minutes or minutes,
                 "sentences": size["sentences"], "first": 500 if not args.quick else 25, "ours": ours,
-                "peer_recipe": recipe, "sizes": PRESETS[size["preset"]]}
+                "peer_recipe": recipe, "sizes": PRESETS.get(ours["preset"])}
     results = [child("quality-ours", json.dumps(settings), echo=True)]
     if not args.no_peer:
         results.append(child("quality-peer", json.dumps(settings), echo=True))
@@ -607,6 +613,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--minutes", type=float, help="ours' training budget (default 60; --quick: 1)")
     q.add_argument("--peer-minutes", type=float, help="the peer's (default: --minutes)")
     q.add_argument("--no-peer", action="store_true", help="ours alone")
+    q.add_argument("--arch", choices=["transformer", "lstm"], default="transformer",
+                   help="ours' model: the Transformer, or CoVe's LSTM (with --word-vectors and --no-peer)")
+    q.add_argument("--word-vectors", help="--arch lstm: the fixed source word vectors (bertforge word-vectors)")
     s = commands.add_parser("speed", help="training steps and decoding, ours against transformers and CTranslate2")
     s.add_argument("--model", help="the weights to decode with (default: trained here first, --train-minutes)")
     s.add_argument("--train-minutes", type=float, default=5.0, help="how long to train them when no --model")

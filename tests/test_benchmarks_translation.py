@@ -24,10 +24,12 @@ def _quoted_commands() -> list[list[str]]:
 
 def test_every_quoted_command_parses():
     commands = _quoted_commands()
-    assert len(commands) == 7  # the docstring's examples: a change to them shows here
+    assert len(commands) == 8  # the docstring's examples: a change to them shows here
     parser = translation.build_parser()
     parsed = [parser.parse_args(c) for c in commands]
-    assert [a.command for a in parsed] == ["quality"] * 3 + ["speed"] * 2 + ["quality", "speed"]
+    assert [a.command for a in parsed] == ["quality"] * 4 + ["speed"] * 2 + ["quality", "speed"]
+    lstm = parsed.pop(3)
+    assert (lstm.arch, lstm.word_vectors, lstm.no_peer) == ("lstm", "runs/glove.txt", True)
     full = parsed[0]
     assert (full.pair, full.minutes, full.peer_minutes, full.no_peer, full.quick) == (("en", "de"), 60.0, None, False,
                                                                                       False)

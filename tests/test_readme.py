@@ -212,8 +212,12 @@ def scaled(argv: list[str]) -> list[str]:
         if "--max-minutes" in argv:
             i = argv.index("--max-minutes")
             argv = argv[:i] + argv[i + 2:]
-        for flag, value in (("--steps", "4"), ("--preset", "mt-tiny"), ("--vocab-size", "200"),
+        tiny = "cove-tiny" if "lstm" in argv else "mt-tiny"
+        for flag, value in (("--steps", "4"), ("--preset", tiny), ("--vocab-size", "200"),
                             ("--eval-every", "4"), ("--average", "2"), ("--bleu-sentences", "4")):
+            argv = option(argv, flag, value)
+    elif command == "word-vectors":
+        for flag, value in (("--dim", "8"), ("--epochs", "2"), ("--min-count", "1")):
             argv = option(argv, flag, value)
     elif command == "translate":
         argv = option(argv, "--max-len-b", "4")
@@ -260,12 +264,19 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
     elif command == "generate":
         assert lines[0].startswith(argv[2]), lines  # the prompt, then what the model adds
     elif command == "train-translation":
-        assert saved_model(work / value_of(argv, "--out") / "model")["model_type"] == "marian"
+        expected = "cove" if "lstm" in argv else "marian"
+        assert saved_model(work / value_of(argv, "--out") / "model")["model_type"] == expected
         assert re.match(r"done at step 4; validation: \{'loss'", lines[-1]), lines[-1]
     elif command == "translate":
         given = (work / value_of(argv, "--input")).read_text().splitlines() if "--input" in argv else [argv[-1]]
         written = (work / value_of(argv, "--output")).read_text() if "--output" in argv else out
         assert written.count("\n") == (len(given) if "--input" in argv else 1), written  # a line each, empty or not
+    elif command == "word-vectors":
+        from bertforge.formats.word_vectors import read_vectors
+
+        words, vectors = read_vectors(str(work / value_of(argv, "--out")))
+        assert vectors.shape == (len(words), 8) and len(words) > 10, vectors.shape
+        assert re.match(r"[\d,]+ words, [\d,]+ co-occurrence entries", lines[0]), lines
     elif command == "evaluate-lm":
         # a masked LM's accuracy, or a left-to-right or bidirectional LM's perplexity, beside its baseline
         assert re.search(r"masked-token accuracy \d+\.\d%, always guessing|perplexity [\d.]+, \w+ frequencies alone",

@@ -81,9 +81,12 @@ RULES: dict[str, Rule] = {
     "max_answer_mb": POSITIVE,
     "read_timeout": POSITIVE, "keep_alive": POSITIVE,
     "opset": Rule(low=14, high=30, integer=True),
+    # word vectors
+    "dim": count(1), "window": count(1), "min_count": count(1), "max_vocab": count(1), "x_max": POSITIVE,
+    "alpha": POSITIVE, "memory_mb": count(16),
 }
 # Where one name means different things in two commands.
-COMMAND_RULES = {"fill-mask": {"top_k": count(1)}}
+COMMAND_RULES = {"fill-mask": {"top_k": count(1)}, "word-vectors": {"epochs": count(1)}}
 
 
 def check(name: str, value, rule: Rule | None = None) -> None:

@@ -13,7 +13,7 @@ import torch
 from .atomic import atomic_file
 from .checks import check
 from .errors import BertforgeError
-from .families import family_of
+from .families import family_of, resolve
 from .formats import native
 from .formats.hf import load_into, read_config
 from .load import load_finetuned, load_tokenizer
@@ -34,7 +34,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
              classifier_dropout: float | None = None, eval_every: int | None = None,
              options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None,
              max_train_samples: int | None = None, max_eval_samples: int | None = None, crf: bool = False,
-             tagger: str | None = None, command_line: dict | None = None, plan: Plan | None = None) -> dict:
+             tagger: str | None = None, command_line: dict | None = None, plan: Plan | None = None,
+             features: str | None = None) -> dict:
     """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory, an AWD-LSTM for
     ULMFiT's classifier, or an ELMo biLM whose frozen features feed a task biLSTM) for `task`: a task
     made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
@@ -48,7 +49,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     `transformers`' example scripts), for quick runs. `crf` (token tagging only) puts a linear-chain
     CRF over the words' tag scores: trained on whole tag paths, predicting by Viterbi. `tagger`
     (tagging over an ELMo biLM): "taglm" for TagLM (the LM's states joined inside a two-layer
-    biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them. `command_line`
+    biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them. `features` (a
+    CoVe model): what its task network reads, "glove", "cove" or "glove+cove" (the default). `command_line`
     (the CLI's command and options, `replay.run_arguments`) is saved at the top of run_config.json, for
     `--config` to replay the run; `plan` (`finetuning_plan`), the settings `options` were made from,
     with their sources.
@@ -64,6 +66,10 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
     family.supports_task(task.family, task.name, model)
     if family.finetuning_config:  # e.g. ULMFiT's classifier dropouts
         base = type(base)(**{**base.to_dict(), **family.finetuning_config})
+    if features is not None:
+        if not hasattr(base, "task_features"):
+            raise BertforgeError(f"{model}: --features is for CoVe models (glove, cove, glove+cove), not {base.model_type}")
+        base = type(base)(**{**base.to_dict(), "task_features": features})
     if lm_weight and not family.input_transforms:
         raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
     lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if family.input_transforms else 0.0
@@ -147,6 +153,8 @@ def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, tr
     net = task.build_model(config)
     if family.native:
         native.load_encoder(net, model)
+    elif family.checkpoint:  # a layout of the family's own (CoVe's): its encoder into the task model
+        resolve(family.checkpoint + ":load_backbone")(net, model)
     else:
         load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
     if hasattr(net, "keep_lm_layers"):  # ELMo's frozen biLM: read each sentence once, not once per epoch

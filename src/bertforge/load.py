@@ -81,10 +81,8 @@ def load_tokenizer(directory: str, config=None):
     """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`) for
     the families that read words (so that its absence is said as such)."""
     config = config or read_config(directory)
-    if family_of(config).vocab_kind == "joint":  # one sub-word vocabulary for two languages
-        from .data.parallel import TranslationTokenizer
-
-        return TranslationTokenizer.from_pretrained(directory)
+    if family_of(config).tokenizer:  # a vocabulary of the family's own (translation's)
+        return resolve(family_of(config).tokenizer).from_pretrained(directory)
     if family_of(config).vocab_kind == "words":
         native.check_words(directory, config)
         return WordVocab.from_pretrained(directory)

@@ -76,11 +76,12 @@ def _select(rows: torch.Tensor, *tensors):
 
 
 def _reorder(caches: list[dict], rows: torch.Tensor) -> None:
+    """Keep (and repeat) the cached rows `rows`: every cached tensor is batch-first (the Transformer's
+    keys and values, an LSTM decoder's states)."""
     for cache in caches:
-        for key in ("k", "v"):
-            if key in cache:
-                cache[key] = cache[key].index_select(0, rows)
-        cache["cross"] = tuple(x.index_select(0, rows) for x in cache["cross"])
+        for key, value in cache.items():
+            cache[key] = tuple(x.index_select(0, rows) for x in value) if isinstance(value, tuple) \
+                else value.index_select(0, rows)
 
 
 def _greedy(model, source, source_mask, limits) -> list[list[int]]:
@@ -152,7 +153,7 @@ def translate(model, tokenizer, sentences: list[str], options: DecodeOptions | N
     """Translate `sentences` (plain text) in batches of similar length, in their order."""
     options = options or DecodeOptions()
     device = next(model.parameters()).device
-    ids = tokenizer.encode_batch(sentences)
+    ids = tokenizer.encode_source_batch(sentences)
     limit = model.config.max_position_embeddings
     for line, row in enumerate(ids, 1):
         if len(row) > limit:
@@ -168,10 +169,11 @@ def translate(model, tokenizer, sentences: list[str], options: DecodeOptions | N
 
 
 def pad(rows: list[list[int]], pad_id: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of ids padded into (B, T), and the mask of real tokens."""
+    """Rows of ids padded into (B, T), and the mask of real tokens (by length: a source vocabulary
+    of its own may use the target's pad id as a word)."""
     width = max(len(r) for r in rows)
     batch = torch.full((len(rows), width), pad_id, dtype=torch.long)
     for i, r in enumerate(rows):
         batch[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-    batch = batch.to(device)
-    return batch, batch != pad_id
+    mask = torch.arange(width)[None, :] < torch.tensor([len(r) for r in rows])[:, None]
+    return batch.to(device), mask.to(device)

@@ -18,12 +18,12 @@ from ..checks import check_options
 from ..errors import BertforgeError
 from ..replay import REPLAYABLE, config_defaults
 from . import (demo, embed, evaluate, evaluate_lm, export, fill_mask, finetune, generate, import_allennlp, info,
-               predict, pretrain, serve, tokenizer, translation)
+               predict, pretrain, serve, tokenizer, translation, word_vectors)
 from .common import HelpFormatter
 
 # In the order `bertforge --help` lists them.
 COMMANDS = (demo, info, pretrain, finetune, evaluate, predict, embed, fill_mask, serve, export, import_allennlp,
-            generate, evaluate_lm, translation, tokenizer)
+            generate, evaluate_lm, translation, word_vectors, tokenizer)
 
 
 def build_parser() -> argparse.ArgumentParser:

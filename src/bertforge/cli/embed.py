@@ -12,7 +12,8 @@ def add_command(commands) -> None:
     em = commands.add_parser("embed", help="contextual vectors per sentence or per token",
                              formatter_class=HelpFormatter)
     em.add_argument("--model", required=True,
-                    help="any HF BERT directory, or an ELMo biLM made by pretrain --objective elmo")
+                    help="any HF BERT directory, an ELMo biLM made by pretrain --objective elmo, or a CoVe model "
+                         "made by train-translation --arch lstm")
     em.add_argument("--input", help="text file, one text per line (default: standard input)")
     em.add_argument("--output", required=True, help=".npy (sentence vectors) or .jsonl")
     em.add_argument("--layers",
@@ -22,6 +23,8 @@ def add_command(commands) -> None:
     em.add_argument("--pooling", choices=["mean", "cls", "tokens"],
                     help="mean of the tokens, the [CLS] vector, or every token's vector (default: a "
                          "sentence-transformers model's own pooling and normalisation, else mean)")
+    em.add_argument("--features", choices=["glove", "cove", "glove+cove"],
+                    help="a CoVe model's vectors: its fixed word vectors, CoVe, or both concatenated (default)")
     em.add_argument("--batch-size", type=int, default=128, help="texts per forward pass (grouped by length)")
     em.add_argument("--max-length", type=int, help="tokens per text (default: the model's maximum)")
     em.add_argument("--precision", **INFERENCE_PRECISION)
@@ -52,8 +55,11 @@ def run(args) -> None:
     say(header(embedder.model, next(embedder.model.parameters()).device, args.precision,
                f"{len(texts):,} texts from {args.input or 'standard input'}",
                f"{args.output}: layers {layers}, pooling {args.pooling or 'its default'}"))
+    if args.features and args.features not in getattr(embedder, "FEATURES", ()):
+        raise BertforgeError(f"{args.model}: --features is for CoVe models (glove, cove, glove+cove)")
     vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_length,
-                              progress=len(texts) >= 1000)  # a few seconds' work or more
+                              progress=len(texts) >= 1000,  # a few seconds' work or more
+                              **({"features": args.features} if args.features else {}))
     # cut exactly as encode() cuts, so tokens and vectors line up
     tokens = embedder.tokens(texts, args.max_length) if args.pooling == "tokens" else None
     write_embeddings(args.output, vectors, texts, tokens)

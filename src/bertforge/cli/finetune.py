@@ -8,6 +8,8 @@ from ..training.tracking import check_reporters
 from .common import REPORT_TO, HelpFormatter
 
 
+COVE_FEATURES = ("glove", "cove", "glove+cove")  # config/cove.py's, named here so that --help needs no torch
+
 def add_command(commands) -> None:
     fine = commands.add_parser("finetune", help="fine-tune a pretrained BERT (or GPT-1) for a task",
                                formatter_class=HelpFormatter)
@@ -78,9 +80,11 @@ def _add_training(fine) -> None:
     fine.add_argument("--lm-weight", type=float,
                       help="GPT-1: weight of the auxiliary language-model loss on the task inputs "
                            "(default 0.5, the paper's; 0: none)")
-    fine.add_argument("--features", choices=["pooler", "scalar-mix"],
-                      help="classification: fine-tune all and read the pooled [CLS] (default), or freeze the "
-                           "encoder and learn an ELMo-style mix of all layers")
+    fine.add_argument("--features", choices=["pooler", "scalar-mix", *COVE_FEATURES],
+                      help="classification over a Transformer: fine-tune all and read the pooled [CLS] (pooler, "
+                           "the default), or freeze the encoder and learn an ELMo-style mix of all layers "
+                           "(scalar-mix); over a CoVe model (train-translation --arch lstm): what its task network "
+                           "reads, the fixed word vectors (glove), CoVe (cove) or both (glove+cove, the default)")
     fine.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
     fine.add_argument("--accum", type=int, default=1, help="micro-batches per step")
     fine.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping (0: none)")
@@ -113,7 +117,8 @@ def run(args) -> None:
                      max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
                      n_best=args.n_best, null_threshold=args.null_threshold,
                      choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
-                     prefix_column=args.prefix_column, features=args.features)
+                     prefix_column=args.prefix_column,
+                     features=None if args.features in COVE_FEATURES else args.features)
     from ..families import family_of
     from ..finetune import finetuning_plan
     from ..formats.hf import read_config
@@ -139,7 +144,7 @@ def run(args) -> None:
                       eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
                       max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
                       crf=args.crf, tagger=args.tagger, command_line=run_arguments(args.command, vars(args)),
-                      plan=plan)
+                      plan=plan, features=args.features if args.features in COVE_FEATURES else None)
     best = result["best"]
     from ..metrics import format_score, format_scores
 

@@ -7,7 +7,8 @@ import sys
 
 from .common import REPORT_TO, HelpFormatter, add_device, resolve_device
 
-PRESETS = ["mt-tiny", "multi30k", "base", "big"]  # config/marian.py's, named here so --help needs no torch
+# config/marian.py's and config/cove.py's, named here so that --help needs no torch
+PRESETS = ["mt-tiny", "multi30k", "base", "big", "cove-tiny", "cove"]
 
 
 def add_command(commands) -> None:
@@ -25,7 +26,14 @@ def _add_train(commands) -> None:
                         'file of {"translation": {"en": ..., "de": ...}}')
     p.add_argument("--valid", required=True, help="the validation pairs, given as --train")
     p.add_argument("--out", required=True, help="the run's folder: checkpoints, metrics.jsonl, model/")
-    p.add_argument("--preset", choices=PRESETS, default="multi30k", help="the model's size")
+    p.add_argument("--arch", choices=["transformer", "lstm"], default="transformer",
+                   help="transformer: Vaswani et al.'s; lstm: CoVe's attentional LSTM encoder-decoder over fixed "
+                        "--word-vectors (McCann et al., 2017)")
+    p.add_argument("--word-vectors", metavar="FILE",
+                   help="--arch lstm: the fixed source word vectors (GloVe text, word2vec .vec/.bin; "
+                        "bertforge word-vectors makes them)")
+    p.add_argument("--preset", choices=PRESETS,
+                   help="the model's size (default: multi30k for the transformer, cove for the lstm)")
     p.add_argument("--vocab-size", type=int, default=8000, help="size of the joint sub-word vocabulary")
     p.add_argument("--vocab-kind", choices=["bpe", "unigram"], default="bpe", help="the sub-word model")
     p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch (source and target each)")
@@ -69,15 +77,18 @@ def _add_translate(commands) -> None:
 
 
 def run_train(args) -> None:
+    from ..errors import BertforgeError
     from ..train_translation import train_translation
 
+    if args.arch != "transformer" and (args.pre_ln or args.untie_output):
+        raise BertforgeError("--pre-ln and --untie-output are the Transformer's (--arch transformer)")
     summary = train_translation(
         args.source_lang, args.target_lang, args.train, args.valid, args.out, preset=args.preset,
         vocab_size=args.vocab_size, vocab_kind=args.vocab_kind, max_tokens=args.max_tokens, max_length=args.max_length,
         steps=args.steps, max_minutes=args.max_minutes, lr=args.lr, warmup=args.warmup,
         label_smoothing=args.label_smoothing, eval_every=args.eval_every, bleu_sentences=args.bleu_sentences,
         average=args.average, precision=args.precision, seed=args.seed, resume=args.resume,
-        report_to=tuple(args.report_to or ()),
+        report_to=tuple(args.report_to or ()), arch=args.arch, word_vectors=args.word_vectors,
         overrides={**({"normalize_before": True} if args.pre_ln else {}),
                    **({"tie_word_embeddings": False} if args.untie_output else {})})
     print(f"{summary['status']} at step {summary['step']}; validation: {summary['eval']}")

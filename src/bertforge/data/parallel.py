@@ -183,6 +183,13 @@ class TranslationTokenizer:
         """The ids of each text (`encode`), encoded in parallel by the Rust library."""
         return [e.ids for e in self.backend.encode_batch(list(texts))]
 
+    def encode_source_batch(self, texts: list[str]) -> list[list[int]]:
+        """What translation reads: `encode_batch` (one vocabulary for both sides)."""
+        return self.encode_batch(texts)
+
+    def encode_target_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.encode_batch(texts)
+
     def decode(self, ids: Iterable[int]) -> str:
         """The text of `ids` up to the first `</s>`, leaving out `<pad>` (the decoder's start)."""
         return self.backend.decode(_until_eos(ids, self.eos_id), skip_special_tokens=True)
@@ -246,8 +253,8 @@ def _read_config(path: str) -> dict:
 
 def encode_pairs(pairs: list[tuple[str, str]], tokenizer: TranslationTokenizer) -> list[Pair]:
     """The ids of each (source, target) pair, each ending in `</s>`."""
-    sources = tokenizer.encode_batch([s for s, _ in pairs])
-    targets = tokenizer.encode_batch([t for _, t in pairs])
+    sources = tokenizer.encode_source_batch([s for s, _ in pairs])
+    targets = tokenizer.encode_target_batch([t for _, t in pairs])
     return list(zip(sources, targets))
 
 

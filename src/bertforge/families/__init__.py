@@ -11,13 +11,14 @@ import os
 
 from ..config.base import _read_json
 from ..errors import BertforgeError
-from . import awd_lstm, bert, elmo, gpt, marian, modernbert
+from . import awd_lstm, bert, cove, elmo, gpt, marian, modernbert
 from .base import USES, Family, Objective, resolve
 
 __all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "family_of", "load_config", "objective",
            "objective_names", "register", "resolve", "unregister"]
 
-FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.FAMILY, elmo.FAMILY, marian.FAMILY]
+FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.FAMILY, elmo.FAMILY, marian.FAMILY,
+                          cove.FAMILY]
 
 
 def register(family: Family) -> None:

@@ -88,7 +88,9 @@ class Family:
     printed about the fine-tuning defaults (`{lr}`, `{layer_decay}`, `{schedule}`, `{width}`).
     `checkpoint`: the dotted path of a module with `write`, `load` and `load_model` when the family
     has a checkpoint layout of its own (MarianMT's), else None (`native` or the BERT-like HF
-    layouts of formats/hf.py). `input_transforms`: GPT-1's fine-tuning (three new tokens, an auxiliary LM loss). `describe`: a
+    layouts of formats/hf.py). `tokenizer`: the dotted path of the tokenizer class (with
+    `from_pretrained`) of a family with a vocabulary of its own (translation's), else None (by
+    `vocab_kind`). `input_transforms`: GPT-1's fine-tuning (three new tokens, an auxiliary LM loss). `describe`: a
     few words for messages.
     """
 
@@ -116,6 +118,7 @@ class Family:
     finetuning_note: str = "peak learning rate {lr:g} for an encoder of width {width} (--lr to change)"
     input_transforms: bool = False
     checkpoint: str | None = None
+    tokenizer: str | None = None
 
     def supports(self, use: str, source: str) -> None:
         """Nothing when the family has `use`; else one error naming `source` and what it does have."""

@@ -11,5 +11,6 @@ FAMILY = Family(
     encoder="bertforge.models.translation:Transformer", task_model=None,
     finetuning="bertforge.recipe:finetuning_by_width", describe="translation Transformer", tasks=(),
     vocab_kind="joint", checkpoint="bertforge.formats.marian", default_preset="multi30k",
+    tokenizer="bertforge.data.parallel:TranslationTokenizer",
     uses=("translate", "serve", "onnx"),
 )

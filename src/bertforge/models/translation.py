@@ -220,11 +220,12 @@ class TranslationObjective(nn.Module):
     real target positions, so that padding costs no softmax. Returns the trainer's
     ({"mt": loss sum}, {"mt": correct tokens})."""
 
-    architecture = "MarianMTModel"
-
-    def __init__(self, config: MarianConfig, label_smoothing: float = 0.1):
+    def __init__(self, config: MarianConfig, label_smoothing: float = 0.1, backbone: nn.Module | None = None):
+        """`backbone`: another encoder-decoder with the Transformer's interface (CoVe's LSTM);
+        by default the Transformer of `config`."""
         super().__init__()
-        self.backbone = Transformer(config)
+        self.backbone = backbone if backbone is not None else Transformer(config)
+        self.architecture = config.architectures[0]
         self.label_smoothing = label_smoothing
 
     def forward(self, batch: dict) -> tuple[dict, dict]:

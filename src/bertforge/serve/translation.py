@@ -44,7 +44,7 @@ class Translator:
     def source_lengths(self, texts: list[str]) -> list[int]:
         """Each text's tokens (with its `</s>`); a text longer than the model's positions cannot be
         translated (a cut sentence would be translated as if it ended there): a 413."""
-        lengths = [len(ids) for ids in self.checker.encode_batch(texts)]
+        lengths = [len(ids) for ids in self.checker.encode_source_batch(texts)]
         for i, length in enumerate(lengths):
             if length > self.positions:
                 name = "text" if len(texts) == 1 else f"texts[{i}]"

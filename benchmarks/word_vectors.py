@@ -1,0 +1,155 @@
+"""Static word vectors on the Gutenberg corpus: bertforge's GloVe against what a user would run instead.
+
+Each side runs in its own process, one after the other, on the same words (the corpus read and split
+by bertforge's reader: Gutenberg boilerplate removed, paragraphs, lowercased words):
+- ours: `bertforge word-vectors` (GloVe: window 10, min count 5, x_max 100, AdaGrad 0.05) with
+  --dim and --epochs, counting included in its time;
+- gensim's Word2Vec with its defaults (CBOW, window 5, min count 5, negative 5, 5 epochs, 3 workers)
+  at --dim, on the same word lists held in memory (its time is its training; reading and
+  splitting the corpus, which ours includes, is timed apart).
+Then both are scored the same way, by `bertforge.vector_scores` (equal to gensim's own scoring, tested):
+WordSim-353 (Spearman) and the analogy questions (3CosAdd among the 30,000 most frequent words),
+both from gensim's test data. Peak resident memory of each process.
+
+The official GloVe tool is not run here (it is C, built from source); its published speed is quoted
+beside the table: Pennington et al. (2014), section 4.6.
+
+    python benchmarks/word_vectors.py --out runs/word-vectors
+    python benchmarks/word_vectors.py --dim 100 --epochs 10 --out runs/word-vectors
+    python benchmarks/word_vectors.py --quick --out runs/word-vectors-quick
+
+Writes OUT/word_vectors.json and OUT/word_vectors.md headed by where it came from. Run it alone on
+a quiet machine. Needs the shared data (../shared/data/corpus/gutenberg) and gensim (the test extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from harness import DATA, peak_rss_mb, provenance, provenance_line
+
+CORPUS = os.path.join(DATA, "corpus", "gutenberg")
+PUBLISHED = ("The official C tool, as published (Pennington et al. 2014, section 4.6): counting a 6-billion-word "
+             "corpus (window 10, 400,000 words) took about 85 minutes on one thread of a 2.1 GHz Xeon E5-2658 "
+             "(about 1.2 M words/s), and one training iteration of 300-d vectors 14 minutes on 32 cores.")
+
+
+def corpus_files(quick: bool) -> list[str]:
+    files = sorted(os.path.join(CORPUS, f) for f in os.listdir(CORPUS))
+    return files[:2] if quick else files
+
+
+def run_ours(out: str, dim: int, epochs: int, quick: bool) -> dict:
+    from bertforge.word_vectors import GloveOptions, train_word_vectors
+
+    path = os.path.join(out, "glove.txt")
+    start = time.perf_counter()
+    summary = train_word_vectors(corpus_files(quick), path, GloveOptions(dim=dim, epochs=epochs), progress=False)
+    return {"seconds": round(time.perf_counter() - start, 1), "vectors": path, "summary": summary,
+            "peak_mb": round(peak_rss_mb())}
+
+
+def run_gensim(out: str, dim: int, quick: bool) -> dict:
+    from gensim.models import Word2Vec
+
+    from bertforge.word_vectors import _units
+
+    start = time.perf_counter()
+    sentences = [words for words in _units(corpus_files(quick), lowercase=True, layout="auto") if words]
+    read = time.perf_counter() - start
+    start = time.perf_counter()
+    model = Word2Vec(sentences, vector_size=dim)  # everything else its defaults
+    seconds = time.perf_counter() - start
+    path = os.path.join(out, "word2vec.vec")
+    model.wv.save_word2vec_format(path)
+    return {"seconds": round(seconds, 1), "read_seconds": round(read, 1), "vectors": path,
+            "words": len(model.wv), "peak_mb": round(peak_rss_mb())}
+
+
+def scores(path: str) -> dict:
+    from gensim.test.utils import datapath
+
+    from bertforge import vector_scores
+    from bertforge.formats.word_vectors import read_vectors
+
+    words, vectors = read_vectors(path)
+    similarity = vector_scores.word_similarity(words, vectors, vector_scores.read_pairs(datapath("wordsim353.tsv")))
+    analogy = vector_scores.analogies(words, vectors, vector_scores.read_questions(datapath("questions-words.txt")))
+    semantic = [s for name, s in analogy["sections"].items() if not name.startswith("gram")]
+    syntactic = [s for name, s in analogy["sections"].items() if name.startswith("gram")]
+
+    def share(parts):
+        answered = sum(p["answered"] for p in parts)
+        return round(sum(p["correct"] for p in parts) / answered, 4) if answered else None
+
+    return {"wordsim353": round(similarity["spearman"], 4), "wordsim_pairs": similarity["pairs"],
+            "analogy": round(analogy["accuracy"], 4), "semantic": share(semantic), "syntactic": share(syntactic),
+            "answered": analogy["answered"], "skipped": analogy["skipped"]}
+
+
+def child(kind: str, args: list[str]) -> dict:
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, *args], check=True,
+                          stdout=subprocess.PIPE, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def table(report: dict) -> str:
+    ours, theirs = report["ours"], report["gensim"]
+    names = (f"bertforge GloVe: counting ({ours['summary']['count_seconds']} s) + {ours['summary']['epochs']} epochs "
+             f"({ours['summary']['status']})",
+             f"gensim Word2Vec, its defaults: training (+ {theirs['read_seconds']} s reading the corpus)")
+    rows = ["| | time | peak MB | words | WordSim-353 (Spearman) | analogies: all / semantic / syntactic |",
+            "|---|---|---|---|---|---|"]
+    for name, r, words in ((names[0], ours, ours["summary"]["words"]), (names[1], theirs, theirs["words"])):
+        s = r["scores"]
+        rows.append(f"| {name} | {r['seconds']} s | {r['peak_mb']:,} | {words:,} | {s['wordsim353']:.3f} "
+                    f"({s['wordsim_pairs']} pairs) | {s['analogy']:.1%} / {s['semantic']:.1%} / {s['syntactic']:.1%} "
+                    f"({s['answered']:,} answered) |")
+    return "\n".join(rows)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--dim", type=int, default=100, help="dimensions of both sides' vectors")
+    parser.add_argument("--epochs", type=int, default=10, help="GloVe's passes over the counts")
+    parser.add_argument("--out", default="runs/word-vectors")
+    parser.add_argument("--quick", action="store_true", help="two books, 2 epochs: checks the script")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.child:
+        kind, out = args.child[0], args.child[1]
+        result = {"ours": lambda: run_ours(out, args.dim, args.epochs, args.quick),
+                  "gensim": lambda: run_gensim(out, args.dim, args.quick),
+                  "scores": lambda: scores(out)}[kind]()
+        print(json.dumps(result))
+        return
+    if args.quick:
+        args.epochs = 2
+    os.makedirs(args.out, exist_ok=True)
+    flags = ["--dim", str(args.dim), "--epochs", str(args.epochs)] + (["--quick"] if args.quick else [])
+    shutil.rmtree(os.path.join(args.out, "glove.txt.run"), ignore_errors=True)  # a fresh count every time
+    report = {"ours": child("ours", [args.out, *flags]), "gensim": child("gensim", [args.out, *flags])}
+    for side in ("ours", "gensim"):
+        report[side]["scores"] = child("scores", [report[side]["vectors"]])
+    origin = provenance(sys.argv if argv is None else [sys.argv[0], *argv])
+    report["provenance"] = origin
+    with open(os.path.join(args.out, "word_vectors.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    markdown = f"{provenance_line(origin)}\n\n{table(report)}\n\n{PUBLISHED}\n"
+    with open(os.path.join(args.out, "word_vectors.md"), "w") as f:
+        f.write(markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

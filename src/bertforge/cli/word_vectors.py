@@ -1,0 +1,48 @@
+"""`bertforge word-vectors`: GloVe vectors learned from a corpus."""
+
+from __future__ import annotations
+
+from .common import HelpFormatter
+
+
+def add_command(commands) -> None:
+    p = commands.add_parser("word-vectors", formatter_class=HelpFormatter,
+                            help="learn static word vectors (GloVe, Pennington et al. 2014) from a corpus")
+    p.add_argument("--corpus", required=True, nargs="+", help="text files, folders or glob patterns")
+    p.add_argument("--out", required=True,
+                   help="the vectors: GloVe's text format, or word2vec's for a name ending .vec (text) or .bin "
+                        "(binary); the run's state goes to OUT.run/")
+    p.add_argument("--dim", type=int, default=300, help="dimensions per vector")
+    p.add_argument("--window", type=int, default=10, help="words counted on each side, weighted 1/distance")
+    p.add_argument("--min-count", type=int, default=5, help="rarer words get no vector")
+    p.add_argument("--max-vocab", type=int, help="keep at most this many words, the most frequent")
+    p.add_argument("--cased", action="store_true", help="keep case (the default lowercases)")
+    p.add_argument("--x-max", type=float, default=100.0, help="counts above this weigh 1 in the objective")
+    p.add_argument("--alpha", type=float, default=0.75, help="exponent of the weighting below x_max")
+    p.add_argument("--lr", type=float, default=0.05, help="AdaGrad's initial learning rate (GloVe's eta)")
+    p.add_argument("--epochs", type=int, default=15, help="passes over the co-occurrence counts")
+    p.add_argument("--batch-size", type=int, default=8192, help="co-occurrence entries per update")
+    p.add_argument("--memory-mb", type=int, default=1024,
+                   help="memory for counting (beyond it, sorted runs are spilled to OUT.run/) and for shuffling")
+    p.add_argument("--max-minutes", type=float,
+                   help="a time budget for the whole run, counting included; the vectors are written when it ends")
+    p.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
+                   help="lines: one sentence per line; prose: paragraphs (the window never crosses either)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initialisation and the shuffling")
+    p.add_argument("--resume", action="store_true", help="continue the run of OUT from OUT.run/")
+    p.set_defaults(func=run)
+
+
+def run(args) -> None:
+    from ..word_vectors import GloveOptions, train_word_vectors
+
+    options = GloveOptions(dim=args.dim, window=args.window, min_count=args.min_count, max_vocab=args.max_vocab,
+                           lowercase=not args.cased, x_max=args.x_max, alpha=args.alpha, lr=args.lr,
+                           epochs=args.epochs, batch_size=args.batch_size, memory_mb=args.memory_mb,
+                           max_minutes=args.max_minutes, seed=args.seed)
+    summary = train_word_vectors(args.corpus, args.out, options, layout=args.layout, resume=args.resume)
+    print(f"{summary['words']:,} words, {summary['entries']:,} co-occurrence entries from "
+          f"{summary['corpus_words']:,} words of text; {summary['epochs']} epochs "
+          f"({summary['status']}), cost {summary['cost']}, {summary['seconds']} s; vectors in {args.out}")
+    if summary["status"] != "done":
+        print(f"--resume continues the run (its state is in {args.out}.run/)")

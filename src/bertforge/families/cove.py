@@ -1,0 +1,23 @@
+"""CoVe (McCann et al., 2017): an attentional LSTM encoder-decoder trained on translation over
+fixed word vectors (`bertforge train-translation --arch lstm --word-vectors FILE`), decoded by
+`bertforge translate`; its encoder's states are contextual word vectors. Saved in its own layout
+(formats/cove.py: `transformers` has no CoVe), the encoder also in the released one."""
+
+from ..config.cove import PRESETS, CoveConfig
+from .base import Family
+
+
+def finetuning(config) -> dict:
+    """Adam at 1e-3 for the task network over the frozen MT-LSTM."""
+    return {"lr": 1e-3, "warmup": 0.1}
+
+
+FAMILY = Family(
+    name="cove", model_types=("cove",), config=CoveConfig, presets=PRESETS, objectives=(),
+    encoder="bertforge.models.cove:CoveTranslator", task_model="bertforge.tasks.cove_features:task_model",
+    finetuning="bertforge.families.cove:finetuning", describe="CoVe", tasks=("classification", "ner"),
+    finetuning_note="peak learning rate {lr:g} for the task network over CoVe (--lr to change)",
+    vocab_kind="words+joint", checkpoint="bertforge.formats.cove", default_preset="cove",
+    tokenizer="bertforge.data.cove_vocab:CoveTokenizer", uses=("translate", "embed"),
+    embedder="bertforge.embed:CoveEmbedder",
+)

@@ -1,0 +1,300 @@
+"""GloVe word vectors (Pennington et al., 2014): `bertforge word-vectors`.
+
+Three stages, each saved in the run's folder (`OUT.run/` beside the vectors) so that `--resume`
+continues where a run stopped:
+1. the vocabulary: words (lowercased by default) seen at least `min_count` times, most frequent
+   first (`vocab.txt`, `word count`, as GloVe's `vocab_count` writes it);
+2. the co-occurrence counts (`data/cooccurrence.py`: a symmetric window, 1/distance, bounded memory);
+3. the weighted least-squares fit: J = sum f(X_ij) (w_i . c_j + b_i + b~_j - log X_ij)^2 with
+   f(x) = min(1, x / x_max)^alpha, by AdaGrad as GloVe's `glove` tool does it (eta times the
+   gradient, divided by the root of 1 + the sum of those squared, the sum taken after the step),
+   here on mini-batches of entries with their gradients summed per word. The vectors written are
+   w + c (GloVe's default `-model 2`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from .atomic import atomic_file
+from .checks import COMMAND_RULES, check
+from .data import cooccurrence
+from .data.corpus import FileReport, find_files, read_units
+from .data.words import split_words
+from .errors import BertforgeError
+from .formats.tensors import read_safetensors
+from .formats.word_vectors import write_vectors
+from .progress import progress as progress_bar
+
+STATE, VOCAB, METRICS = "state.safetensors", "vocab.txt", "metrics.jsonl"
+PIECE = 1 << 16  # entries read together from the counts when shuffling
+CLIP = 100.0  # the largest gradient element, as GloVe's tool clips
+
+
+@dataclass
+class GloveOptions:
+    dim: int = 300
+    window: int = 10  # words on each side (the paper's 10)
+    min_count: int = 5
+    max_vocab: int | None = None
+    lowercase: bool = True
+    x_max: float = 100.0  # the paper's
+    alpha: float = 0.75
+    lr: float = 0.05  # GloVe's eta
+    epochs: int = 15  # GloVe's demo (the paper: 50 below 300 dimensions, 100 at 300)
+    batch_size: int = 8192  # entries per update
+    memory_mb: int = 1024  # the bound of counting and of the shuffled entries held while training
+    max_minutes: float | None = None  # the whole run, counting included; the vectors are written at the end
+    seed: int = 0
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if name != "lowercase":
+                check(name, value, COMMAND_RULES["word-vectors"].get(name))
+
+
+def train_word_vectors(corpus, out: str, options: GloveOptions | None = None, layout: str = "auto",
+                       resume: bool = False, progress: bool = True) -> dict:
+    """Learn GloVe vectors from the text files `corpus` (files, folders or patterns) into `out` (GloVe's
+    text format; `.vec` word2vec text, `.bin` word2vec binary). Returns a summary: words, entries,
+    epochs done, the last epoch's cost, seconds, and whether the run finished."""
+    o = options or GloveOptions()
+    start = time.perf_counter()
+    files = find_files(corpus)
+    if not files:
+        raise BertforgeError(f"no text files in {corpus!r}")
+    folder = out + ".run"
+    settings = {**asdict(o), "files": [os.path.abspath(f) for f in files], "layout": layout}
+    _open_run(folder, settings, resume)
+    elapsed = _seconds_so_far(folder)
+    words = _vocabulary(folder, files, o, layout, progress)
+    index = {w: k for k, w in enumerate(words)}
+    if not os.path.exists(os.path.join(folder, cooccurrence.INFO)):
+        bar = progress_bar(desc="counting co-occurrences", unit="word", unit_scale=True, disable=not progress)
+        cooccurrence.count(_units(files, o.lowercase, layout), index, folder, o.window, o.memory_mb, bar)
+        bar.close()
+    entries, info = cooccurrence.read(folder)
+    counted = time.perf_counter() - start
+    deadline = None if o.max_minutes is None else start + o.max_minutes * 60 - elapsed
+    model = Glove(len(words), o.dim, o.seed)
+    position = model.load(folder) if os.path.exists(os.path.join(folder, STATE)) else (0, 0, 0)
+    status = _fit(model, entries, o, folder, position, deadline, progress, elapsed - start)
+    write_vectors(out, words, model.vectors())
+    summary = {"words": len(words), "entries": info["entries"], "corpus_words": info["words"],
+               "epochs": model.epoch, "cost": model.cost, "status": status, "count_seconds": round(counted, 1),
+               "seconds": round(elapsed + time.perf_counter() - start, 1)}
+    with atomic_file(os.path.join(folder, "summary.json")) as f:
+        json.dump(summary, f, indent=1)
+    return summary
+
+
+def _open_run(folder: str, settings: dict, resume: bool) -> None:
+    """Make the run's folder, or check that the one resumed was made with the same settings."""
+    path = os.path.join(folder, "settings.json")
+    if os.path.exists(path) and not resume:
+        raise BertforgeError(f"{folder} holds a run already: --resume to continue it, or delete it to start again")
+    if resume:
+        if not os.path.exists(path):
+            raise BertforgeError(f"nothing to resume: {path} does not exist")
+        with open(path) as f:
+            saved = json.load(f)
+        changed = [k for k in settings if k not in ("epochs", "max_minutes") and saved.get(k) != settings[k]]
+        if changed:
+            raise BertforgeError(f"--resume with other settings than the run in {folder}: {', '.join(changed)}")
+        return
+    os.makedirs(folder, exist_ok=True)
+    with atomic_file(path) as f:
+        json.dump(settings, f, indent=1)
+
+
+def _seconds_so_far(folder: str) -> float:
+    """The seconds the run had trained when its state was last saved (0 before any)."""
+    from safetensors import safe_open
+
+    path = os.path.join(folder, STATE)
+    if not os.path.exists(path):
+        return 0.0
+    with safe_open(path, "pt") as f:
+        return float(f.metadata().get("elapsed_s", 0.0))
+
+
+def _units(files: list[str], lowercase: bool, layout: str):
+    """The corpus as word lists, one per line or paragraph (the window never crosses one)."""
+    for path in files:
+        for _, text, _ in read_units(path, FileReport(path), layout):
+            yield split_words(text.lower() if lowercase else text)
+
+
+def _vocabulary(folder: str, files: list[str], o: GloveOptions, layout: str, progress: bool) -> list[str]:
+    """The words kept, most frequent first (ties alphabetical), read from `vocab.txt` once counted."""
+    path = os.path.join(folder, VOCAB)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return [line.split(" ")[0] for line in f]
+    counts: dict[str, int] = {}
+    bar = progress_bar(desc="counting words", unit="word", unit_scale=True, disable=not progress)
+    for words in _units(files, o.lowercase, layout):
+        for w in words:
+            counts[w] = counts.get(w, 0) + 1
+        bar.update(len(words))
+    bar.close()
+    kept = sorted((w for w, n in counts.items() if n >= o.min_count), key=lambda w: (-counts[w], w))
+    kept = kept[:o.max_vocab] if o.max_vocab else kept
+    if not kept:
+        raise BertforgeError(f"no word occurs {o.min_count} times in the corpus; lower --min-count")
+    with atomic_file(path) as f:
+        f.writelines(f"{w} {counts[w]}\n" for w in kept)
+    return kept
+
+
+def glove_cost(w, c, bw, bc, i, j, x, x_max: float, alpha: float):
+    """Per entry: (the weighted difference f(x) * diff, the cost 0.5 * f(x) * diff^2)."""
+    diff = (w[i] * c[j]).sum(1) + bw[i] + bc[j] - torch.log(x)  # (N,)
+    weighted = torch.clamp(x / x_max, max=1.0).pow(alpha) * diff
+    return weighted, 0.5 * weighted * diff
+
+
+class Glove:
+    """The parameters and AdaGrad sums of one GloVe fit, and its position (epoch, piece group)."""
+
+    def __init__(self, vocab: int, dim: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        self.w = (torch.rand(vocab, dim, generator=g) - 0.5) / dim  # GloVe's initialisation
+        self.c = (torch.rand(vocab, dim, generator=g) - 0.5) / dim
+        self.bw = (torch.rand(vocab, generator=g) - 0.5) / dim
+        self.bc = (torch.rand(vocab, generator=g) - 0.5) / dim
+        self.sums = {name: torch.ones_like(getattr(self, name)) for name in ("w", "c", "bw", "bc")}
+        self.epoch, self.cost = 0, None
+
+    def step(self, i: torch.Tensor, j: torch.Tensor, x: torch.Tensor, lr: float, x_max: float, alpha: float):
+        """One AdaGrad update on the entries (i, j, x); returns their summed cost."""
+        weighted, cost = glove_cost(self.w, self.c, self.bw, self.bc, i, j, x, x_max, alpha)
+        weighted = lr * weighted[:, None]
+        grads = {"w": (weighted * self.c[j]).clamp_(-CLIP, CLIP), "c": (weighted * self.w[i]).clamp_(-CLIP, CLIP),
+                 "bw": weighted[:, 0], "bc": weighted[:, 0]}
+        for rows, names in ((i, ("w", "bw")), (j, ("c", "bc"))):
+            unique, inverse = torch.unique(rows, return_inverse=True)
+            for name in names:
+                g = torch.zeros((len(unique),) + grads[name].shape[1:]).index_add_(0, inverse, grads[name])
+                table, sums = getattr(self, name), self.sums[name]
+                table[unique] -= g / sums[unique].sqrt()
+                sums[unique] += g * g
+        return cost.sum()
+
+    def vectors(self) -> np.ndarray:
+        return (self.w + self.c).numpy()
+
+    def save(self, folder: str, position: tuple[int, int, int], elapsed_s: float) -> None:
+        """Parameters, sums, the position (epoch, group, batch) to continue from and the seconds
+        trained so far, atomically."""
+        from safetensors.torch import save
+
+        tensors = {name: getattr(self, name) for name in ("w", "c", "bw", "bc")}
+        tensors.update({f"sum.{name}": t for name, t in self.sums.items()})
+        meta = {"position": json.dumps(list(position)), "epoch": str(self.epoch), "cost": json.dumps(self.cost),
+                "elapsed_s": str(round(elapsed_s, 1))}
+        with atomic_file(os.path.join(folder, STATE), "wb") as f:
+            f.write(save(tensors, metadata=meta))
+
+    def load(self, folder: str) -> tuple[int, int, int]:
+        """The saved parameters and sums; returns the position to continue from."""
+        from safetensors import safe_open
+
+        path = os.path.join(folder, STATE)
+        tensors = read_safetensors(path)
+        for name in ("w", "c", "bw", "bc"):
+            if tensors[name].shape != getattr(self, name).shape:
+                raise BertforgeError(f"{path}: {name} has shape {tuple(tensors[name].shape)}, the run needs "
+                                     f"{tuple(getattr(self, name).shape)}")
+            setattr(self, name, tensors[name])
+            self.sums[name] = tensors[f"sum.{name}"]
+        with safe_open(path, "pt") as f:
+            meta = f.metadata()
+        self.epoch, self.cost = int(meta["epoch"]), json.loads(meta["cost"])
+        return tuple(json.loads(meta["position"]))
+
+
+def shuffled_groups(entries: int, seed: int, epoch: int, group_entries: int) -> list[np.ndarray]:
+    """Epoch `epoch`'s order: pieces of PIECE consecutive entries (which are sorted by word) in a
+    seeded order, taken a group at a time; a group's entries are then shuffled together. With the
+    whole file in one group (when it fits `group_entries`) this is a full shuffle."""
+    pieces = -(-entries // PIECE)
+    order = np.random.default_rng([seed, epoch]).permutation(pieces)
+    per = max(1, group_entries // PIECE)
+    return [order[k:k + per] for k in range(0, pieces, per)]
+
+
+def _group(entries: np.ndarray, pieces: np.ndarray, seed: int, epoch: int, number: int):
+    """A group's entries in both directions, shuffled: (i, j, x) tensors."""
+    chunk = np.concatenate([entries[p * PIECE:(p + 1) * PIECE] for p in np.sort(pieces)])
+    i, j, x = cooccurrence.both_ways(chunk)
+    order = np.random.default_rng([seed, epoch, number]).permutation(len(i))
+    return torch.from_numpy(i[order].astype(np.int64)), torch.from_numpy(j[order].astype(np.int64)), \
+        torch.from_numpy(x[order])
+
+
+def _fit(model: Glove, entries: np.ndarray, o: GloveOptions, folder: str, position: tuple[int, int, int],
+         deadline: float | None, progress: bool, offset: float) -> str:
+    """Train from `position` (epoch, group, batch) until `o.epochs` or the deadline; saves the state
+    after every epoch, and at the deadline or an interrupt (Ctrl-C, taken between batches), so that
+    a resumed run continues exactly. Returns why it stopped: done, time budget or interrupted."""
+    group_entries = o.memory_mb * 2**20 // 4 // 64  # a group in both directions, shuffled, as tensors
+    groups_per_epoch = len(shuffled_groups(len(entries), o.seed, 0, group_entries))
+    directed = 2 * len(entries) - int(np.count_nonzero(entries["i"] == entries["j"])) if len(entries) else 0
+    epoch, first_group, first_batch = position
+    bar = progress_bar(total=o.epochs * groups_per_epoch, initial=epoch * groups_per_epoch + first_group,
+                       desc="training", unit="group", disable=not progress)
+    with _interrupts() as interrupted:
+        while epoch < o.epochs:
+            groups = shuffled_groups(len(entries), o.seed, epoch, group_entries)
+            total = 0.0 if (first_group, first_batch) == (0, 0) else None  # a resumed epoch has no whole cost
+            for number in range(first_group, len(groups)):
+                i, j, x = _group(entries, groups[number], o.seed, epoch, number)
+                for at in range(first_batch * o.batch_size, len(i), o.batch_size):
+                    part = slice(at, at + o.batch_size)
+                    cost = float(model.step(i[part], j[part], x[part], o.lr, o.x_max, o.alpha))
+                    total = None if total is None else total + cost
+                    stop = "interrupted" if interrupted() else None
+                    if deadline is not None and time.perf_counter() > deadline:
+                        stop = "time budget"
+                    if stop:
+                        model.save(folder, (epoch, number, at // o.batch_size + 1), time.perf_counter() + offset)
+                        bar.close()
+                        return stop
+                first_batch = 0
+                bar.update(1)
+            epoch, first_group = epoch + 1, 0
+            model.epoch, model.cost = epoch, None if total is None else total / max(directed, 1)
+            model.save(folder, (epoch, 0, 0), time.perf_counter() + offset)
+            _record(folder, {"epoch": epoch, "cost": model.cost, "elapsed_s": round(time.perf_counter() + offset, 1)})
+            bar.set_postfix(cost=f"{model.cost:.4f}" if model.cost is not None else "-")
+    bar.close()
+    return "done"
+
+
+@contextlib.contextmanager
+def _interrupts():
+    """Ctrl-C sets a flag read between batches instead of stopping mid-update (main thread only)."""
+    seen = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: seen.append(True))
+    try:
+        yield lambda: bool(seen)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _record(folder: str, record: dict) -> None:
+    with open(os.path.join(folder, METRICS), "a") as f:
+        f.write(json.dumps(record) + "\n")

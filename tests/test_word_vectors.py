@@ -1,0 +1,262 @@
+"""GloVe word vectors: the counts, the objective and its AdaGrad step against direct computations,
+learning, exact resume, the file formats, the scores against gensim's, and bad input."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge.cli import main
+from bertforge.data import cooccurrence
+from bertforge.errors import BertforgeError
+from bertforge.formats.word_vectors import read_vectors, write_vectors
+from bertforge.word_vectors import Glove, GloveOptions, glove_cost, train_word_vectors
+
+
+def direct_counts(units, index, window):
+    """GloVe's cooccur.c, written plainly: words out of the vocabulary dropped, then X[w1][w2] and
+    X[w2][w1] += 1/d for every pair in a window."""
+    X = np.zeros((len(index), len(index)))
+    for words in units:
+        words = [w for w in words if w in index]
+        for p, q in itertools.combinations(range(len(words)), 2):
+            if q - p <= window:
+                X[index[words[p]], index[words[q]]] += 1 / (q - p)
+                X[index[words[q]], index[words[p]]] += 1 / (q - p)
+    return X
+
+
+def dense(folder, vocab):
+    entries, _ = cooccurrence.read(folder)
+    i, j, x = cooccurrence.both_ways(np.asarray(entries))
+    X = np.zeros((vocab, vocab))
+    np.add.at(X, (i, j), x)
+    assert len(set(zip(i.tolist(), j.tolist()))) == len(i)  # each cell once
+    return X
+
+
+def random_units(seed, count=300, vocab=30):
+    rng = np.random.default_rng(seed)
+    return [[f"w{k}" for k in rng.integers(0, vocab, rng.integers(1, 25))] for _ in range(count)]
+
+
+@pytest.mark.parametrize("memory_mb", [64, 0.002])  # all in memory; spilled to disk every block
+def test_counts_equal_glove_definition(tmp_path, memory_mb):
+    units = random_units(0)
+    index = {f"w{k}": k for k in range(25)}  # w25..w29 out of vocabulary: dropped, as GloVe's tool drops them
+    info = cooccurrence.count(units, index, str(tmp_path), window=4, memory_mb=memory_mb)
+    assert info["words"] == sum(map(len, units))
+    np.testing.assert_allclose(dense(str(tmp_path), 25), direct_counts(units, index, 4), rtol=1e-6)
+    if memory_mb < 1:
+        assert not os.path.exists(tmp_path / "runs")  # the spilled runs are gone once merged
+
+
+def test_a_unit_longer_than_a_block_counts_the_same(tmp_path):
+    """Blocks of 100 words cut inside a 1,000-word unit; the carried words join the next block."""
+    units = [[f"w{k}" for k in np.random.default_rng(3).integers(0, 20, 1000)], ["w1", "w2"]]
+    index = {f"w{k}": k for k in range(20)}
+    cooccurrence.count(units, index, str(tmp_path), window=5, memory_mb=0.001)
+    np.testing.assert_allclose(dense(str(tmp_path), 20), direct_counts(units, index, 5), rtol=1e-6)
+
+
+def test_counts_never_cross_units(tmp_path):
+    cooccurrence.count([["a", "b"], ["c"]], {"a": 0, "b": 1, "c": 2}, str(tmp_path), window=5)
+    X = dense(str(tmp_path), 3)
+    assert X[1, 2] == 0 and X[0, 1] == 1
+
+
+def glove_by_loops(X, w, c, bw, bc, x_max, alpha):
+    total = 0.0
+    for i, j in zip(*np.nonzero(X)):
+        f = min(1.0, X[i, j] / x_max) ** alpha
+        total += 0.5 * f * (w[i] @ c[j] + bw[i] + bc[j] - np.log(X[i, j])) ** 2
+    return total
+
+
+def test_objective_equals_direct_computation(tmp_path):
+    units = random_units(1, count=50, vocab=8)
+    index = {f"w{k}": k for k in range(8)}
+    cooccurrence.count(units, index, str(tmp_path), window=3)
+    X = dense(str(tmp_path), 8)
+    g = torch.Generator().manual_seed(0)
+    w, c, bw, bc = (torch.randn(8, 5, generator=g, dtype=torch.float64), torch.randn(8, 5, generator=g, dtype=torch.float64),
+                    torch.randn(8, generator=g, dtype=torch.float64), torch.randn(8, generator=g, dtype=torch.float64))
+    entries, _ = cooccurrence.read(str(tmp_path))
+    i, j, x = (torch.from_numpy(a.astype(np.int64 if k < 2 else np.float64)) for k, a in
+               enumerate(cooccurrence.both_ways(np.asarray(entries))))
+    _, cost = glove_cost(w, c, bw, bc, i, j, x, x_max=3.0, alpha=0.75)
+    expected = glove_by_loops(X, w.numpy(), c.numpy(), bw.numpy(), bc.numpy(), 3.0, 0.75)
+    assert float(cost.sum()) == pytest.approx(expected, rel=1e-12)
+
+
+def test_adagrad_step_is_glove_tools_update():
+    """One entry: GloVe's arithmetic (eta x the gradient over the root of the sums, then the sums grow);
+    a batch sums the gradients of each word first."""
+    model = Glove(vocab=4, dim=3, seed=0)
+    w, c, bw, bc = model.w.clone(), model.c.clone(), model.bw.clone(), model.bc.clone()
+    lr, x = 0.05, 7.0
+    diff = float(w[1] @ c[2] + bw[1] + bc[2] - np.log(x))
+    fdiff = lr * (x / 10.0) ** 0.75 * diff
+    model.step(torch.tensor([1]), torch.tensor([2]), torch.tensor([x]), lr, 10.0, 0.75)
+    torch.testing.assert_close(model.w[1], w[1] - fdiff * c[2])  # sums start at 1
+    torch.testing.assert_close(model.c[2], c[2] - fdiff * w[1])
+    torch.testing.assert_close(model.bw[1], bw[1] - fdiff)
+    torch.testing.assert_close(model.sums["w"][1], 1 + (fdiff * c[2]) ** 2)
+    torch.testing.assert_close(model.w[0], w[0])  # untouched rows stay
+    # two entries of word 1 in one batch: one update with the summed gradient
+    model = Glove(vocab=4, dim=3, seed=0)
+    f = [lr * min(1, xx / 10.0) ** 0.75 * float(w[1] @ c[jj] + bw[1] + bc[jj] - np.log(xx)) for jj, xx in ((2, 7.0), (3, 20.0))]
+    model.step(torch.tensor([1, 1]), torch.tensor([2, 3]), torch.tensor([7.0, 20.0]), lr, 10.0, 0.75)
+    torch.testing.assert_close(model.w[1], w[1] - (f[0] * c[2] + f[1] * c[3]))
+
+
+def topic_corpus(path, seed=0, lines=400):
+    """Two topics: words of one topic only ever share a line with each other."""
+    rng = np.random.default_rng(seed)
+    topics = [[f"sea{k}" for k in range(6)], [f"sky{k}" for k in range(6)]]
+    with open(path, "w") as f:
+        for _ in range(lines):
+            f.write(" ".join(rng.choice(topics[rng.integers(2)], 8)) + ".\n")
+
+
+def test_vectors_learn_which_words_share_contexts(tmp_path):
+    topic_corpus(tmp_path / "corpus.txt")
+    out = str(tmp_path / "vectors.txt")
+    summary = train_word_vectors(str(tmp_path / "corpus.txt"), out, GloveOptions(dim=8, epochs=30, x_max=10.0),
+                                 layout="lines", progress=False)
+    assert summary["status"] == "done" and summary["words"] == 13  # 12 words and "."
+    words, vectors = read_vectors(out)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    topic = np.array([w[:3] for w in words])
+    sims = unit @ unit.T
+    same = sims[(topic[:, None] == topic[None]) & (topic[:, None] != ".") & ~np.eye(len(words), dtype=bool)]
+    across = sims[(topic[:, None] == "sea") & (topic[None] == "sky")]
+    assert same.mean() > 0.9 and same.mean() - across.mean() > 0.5, (same.mean(), across.mean())
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    topic_corpus(tmp_path / "corpus.txt")
+    options = dict(dim=6, epochs=4, batch_size=16, x_max=10.0)
+    whole = str(tmp_path / "whole.txt")
+    train_word_vectors(str(tmp_path / "corpus.txt"), whole, GloveOptions(**options), progress=False)
+    parts = str(tmp_path / "parts.txt")
+    first = train_word_vectors(str(tmp_path / "corpus.txt"), parts, GloveOptions(**options, max_minutes=1e-9),
+                               progress=False)
+    assert first["status"] == "time budget" and first["epochs"] == 0  # stopped after its first batch
+    with pytest.raises(BertforgeError, match="--resume"):
+        train_word_vectors(str(tmp_path / "corpus.txt"), parts, GloveOptions(**options), progress=False)
+    with pytest.raises(BertforgeError, match="window"):
+        train_word_vectors(str(tmp_path / "corpus.txt"), parts, GloveOptions(**options, window=3), resume=True,
+                           progress=False)
+    again = train_word_vectors(str(tmp_path / "corpus.txt"), parts, GloveOptions(**options), resume=True,
+                               progress=False)
+    assert again["status"] == "done" and again["epochs"] == 4
+    np.testing.assert_array_equal(read_vectors(parts)[1], read_vectors(whole)[1])
+
+
+@pytest.mark.parametrize("name", ["v.txt", "v.vec", "v.bin"])
+def test_formats_round_trip(tmp_path, name):
+    words = ["the", "naïve", "café", "x"]
+    vectors = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    write_vectors(str(tmp_path / name), words, vectors)
+    got_words, got = read_vectors(str(tmp_path / name))
+    assert got_words == words
+    np.testing.assert_allclose(got, vectors, atol=5e-7 if name != "v.bin" else 0)
+    assert read_vectors(str(tmp_path / name), limit=2)[0] == words[:2]
+
+
+def test_formats_load_in_gensim_and_back(tmp_path):
+    gensim = pytest.importorskip("gensim", reason="gensim (the test extra) reads word2vec files")
+    words, vectors = ["a", "b", "c"], np.eye(3, 4, dtype=np.float32)
+    write_vectors(str(tmp_path / "v.bin"), words, vectors)
+    kv = gensim.models.KeyedVectors.load_word2vec_format(str(tmp_path / "v.bin"), binary=True)
+    np.testing.assert_array_equal(kv["b"], vectors[1])
+    kv.save_word2vec_format(str(tmp_path / "g.vec"))
+    kv.save_word2vec_format(str(tmp_path / "g.bin"), binary=True)
+    for path in ("g.vec", "g.bin"):
+        assert read_vectors(str(tmp_path / path))[0] == words
+        np.testing.assert_allclose(read_vectors(str(tmp_path / path))[1], vectors)
+
+
+def test_a_word_with_spaces_as_in_glove_840b(tmp_path):
+    (tmp_path / "v.txt").write_text("the 0.1 0.2\n. . . 0.3 0.4\n")
+    words, vectors = read_vectors(str(tmp_path / "v.txt"))
+    assert words == ["the", ". . ."]
+    np.testing.assert_allclose(vectors, [[0.1, 0.2], [0.3, 0.4]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"the 0.1 0.2\nof 0.3\n", "v.txt:2: expected a word and 2 numbers"),
+    (b"the 0.1 0.2\nof 0.3 abc\n", "v.txt:2: not a number"),
+    (b"the 0.1 0.2\n\xff\xfe 0.3 0.4\n", "v.txt:2: not UTF-8"),
+    (b"", "v.txt: no vectors"),
+])
+def test_bad_vector_files_name_the_line(tmp_path, content, message):
+    (tmp_path / "v.txt").write_bytes(content)
+    with pytest.raises(BertforgeError, match=message):
+        read_vectors(str(tmp_path / "v.txt"))
+
+
+def test_truncated_binary_file(tmp_path):
+    write_vectors(str(tmp_path / "v.bin"), ["a", "b"], np.ones((2, 3)))
+    data = (tmp_path / "v.bin").read_bytes()
+    (tmp_path / "v.bin").write_bytes(data[:-6])
+    with pytest.raises(BertforgeError, match="ends inside vector 2 of 2"):
+        read_vectors(str(tmp_path / "v.bin"))
+
+
+def test_command_line(tmp_path, capsys):
+    topic_corpus(tmp_path / "corpus.txt", lines=50)
+    out = str(tmp_path / "v.vec")
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--out", out, "--dim", "4",
+                 "--epochs", "2", "--min-count", "2"]) == 0
+    assert "13 words" in capsys.readouterr().out
+    assert open(out).readline() == "13 4\n"
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--out", out]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert main(["word-vectors", "--corpus", str(tmp_path / "none"), "--out", str(tmp_path / "w.txt")]) == 2
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "w.txt"),
+                 "--window", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--window must be an integer >= 1, got 0" in err and "Traceback" not in err
+
+
+def test_scores_equal_gensims():
+    gensim = pytest.importorskip("gensim", reason="gensim (the test extra) is the reference and ships the test sets")
+    from gensim.test.utils import datapath
+
+    from bertforge import vector_scores
+
+    pairs = vector_scores.read_pairs(datapath("wordsim353.tsv"))
+    sections = vector_scores.read_questions(datapath("questions-words.txt"))
+    words = sorted({w.lower() for a, b, _ in pairs for w in (a, b)}
+                   | {w.lower() for _, questions in sections for q in questions[:30] for w in q})
+    # 3 dimensions: enough near misses and hits that a different rule would give a different count
+    vectors = np.random.default_rng(0).standard_normal((len(words), 3)).astype(np.float32)
+    kv = gensim.models.KeyedVectors(3)
+    kv.add_vectors(words, vectors)
+    ours = vector_scores.word_similarity(words, vectors, pairs)
+    assert ours["spearman"] == pytest.approx(kv.evaluate_word_pairs(datapath("wordsim353.tsv"))[1].statistic, abs=1e-6)
+    ours = vector_scores.analogies(words, vectors, sections, restrict=500)
+    total, theirs = kv.evaluate_word_analogies(datapath("questions-words.txt"), restrict_vocab=500)
+    assert ours["accuracy"] == total and ours["answered"] > 100 and 0 < ours["accuracy"] < 1
+    for section in theirs[:-1]:
+        assert ours["sections"][section["section"]]["correct"] == len(section["correct"])
+
+
+def test_the_benchmarks_quoted_commands_parse():
+    import shlex
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+    import word_vectors as bench
+
+    prefix = "python benchmarks/word_vectors.py "
+    commands = [shlex.split(line.strip()[len(prefix):]) for line in bench.__doc__.splitlines()
+                if line.strip().startswith(prefix)]
+    parsed = [bench.build_parser().parse_args(c) for c in commands]
+    assert len(parsed) == 3 and (parsed[1].dim, parsed[1].epochs) == (100, 10) and parsed[2].quick
