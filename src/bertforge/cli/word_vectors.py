@@ -17,11 +17,13 @@ def add_command(commands) -> None:
     p.add_argument("--min-count", type=int, default=5, help="rarer words get no vector")
     p.add_argument("--max-vocab", type=int, help="keep at most this many words, the most frequent")
     p.add_argument("--cased", action="store_true", help="keep case (the default lowercases)")
-    p.add_argument("--x-max", type=float, default=100.0, help="counts above this weigh 1 in the objective")
+    p.add_argument("--x-max", type=float, default=10.0,
+                   help="counts above this weigh 1 in the objective (GloVe's demo: 10; the paper's 100 is for "
+                        "billions of words)")
     p.add_argument("--alpha", type=float, default=0.75, help="exponent of the weighting below x_max")
     p.add_argument("--lr", type=float, default=0.05, help="AdaGrad's initial learning rate (GloVe's eta)")
     p.add_argument("--epochs", type=int, default=15, help="passes over the co-occurrence counts")
-    p.add_argument("--batch-size", type=int, default=8192, help="co-occurrence entries per update")
+    p.add_argument("--batch-size", type=int, default=65536, help="co-occurrence entries per update")
     p.add_argument("--memory-mb", type=int, default=1024,
                    help="memory for counting (beyond it, sorted runs are spilled to OUT.run/) and for shuffling")
     p.add_argument("--max-minutes", type=float,
