@@ -2,7 +2,7 @@
 
 Each side runs in its own process, one after the other, on the same words (the corpus read and split
 by bertforge's reader: Gutenberg boilerplate removed, paragraphs, lowercased words):
-- ours: `bertforge word-vectors` (GloVe: window 10, min count 5, x_max 10, AdaGrad 0.05) with
+- ours: `bertforge word-vectors` (GloVe: window 10, min count 5, x_max 10, AdaGrad 0.2) with
   --dim and --epochs, counting included in its time;
 - gensim's Word2Vec with its defaults (CBOW, window 5, min count 5, negative 5, 5 epochs, 3 workers)
   at --dim, on the same word lists held in memory (its time is its training; reading and

@@ -93,25 +93,26 @@ def test_objective_equals_direct_computation(tmp_path):
     assert float(cost.sum()) == pytest.approx(expected, rel=1e-12)
 
 
-def test_adagrad_step_is_glove_tools_update():
-    """One entry: GloVe's arithmetic (eta x the gradient over the root of the sums, then the sums grow);
-    a batch sums the gradients of each word first."""
+def test_adagrad_step():
+    """One entry: the gradient of f(x) diff^2 / 2, its square added to the sums (which start at 1),
+    then lr x gradient / sqrt(sums); a batch sums the gradients of each word first."""
     model = Glove(vocab=4, dim=3, seed=0)
     w, c, bw, bc = model.w.clone(), model.c.clone(), model.bw.clone(), model.bc.clone()
-    lr, x = 0.05, 7.0
-    diff = float(w[1] @ c[2] + bw[1] + bc[2] - np.log(x))
-    fdiff = lr * (x / 10.0) ** 0.75 * diff
+    lr, x = 0.2, 7.0
+    fdiff = (x / 10.0) ** 0.75 * float(w[1] @ c[2] + bw[1] + bc[2] - np.log(x))
     model.step(torch.tensor([1]), torch.tensor([2]), torch.tensor([x]), lr, 10.0, 0.75)
-    torch.testing.assert_close(model.w[1], w[1] - fdiff * c[2])  # sums start at 1
-    torch.testing.assert_close(model.c[2], c[2] - fdiff * w[1])
-    torch.testing.assert_close(model.bw[1], bw[1] - fdiff)
-    torch.testing.assert_close(model.sums["w"][1], 1 + (fdiff * c[2]) ** 2)
+    g = fdiff * c[2]
+    torch.testing.assert_close(model.sums["w"][1], 1 + g ** 2)
+    torch.testing.assert_close(model.w[1], w[1] - lr * g / (1 + g ** 2).sqrt())
+    torch.testing.assert_close(model.c[2], c[2] - lr * fdiff * w[1] / (1 + (fdiff * w[1]) ** 2).sqrt())
+    torch.testing.assert_close(model.bw[1], bw[1] - lr * fdiff / (1 + fdiff ** 2) ** 0.5)
     torch.testing.assert_close(model.w[0], w[0])  # untouched rows stay
     # two entries of word 1 in one batch: one update with the summed gradient
     model = Glove(vocab=4, dim=3, seed=0)
-    f = [lr * min(1, xx / 10.0) ** 0.75 * float(w[1] @ c[jj] + bw[1] + bc[jj] - np.log(xx)) for jj, xx in ((2, 7.0), (3, 20.0))]
+    f = [min(1, xx / 10.0) ** 0.75 * float(w[1] @ c[jj] + bw[1] + bc[jj] - np.log(xx)) for jj, xx in ((2, 7.0), (3, 20.0))]
     model.step(torch.tensor([1, 1]), torch.tensor([2, 3]), torch.tensor([7.0, 20.0]), lr, 10.0, 0.75)
-    torch.testing.assert_close(model.w[1], w[1] - (f[0] * c[2] + f[1] * c[3]))
+    g = f[0] * c[2] + f[1] * c[3]
+    torch.testing.assert_close(model.w[1], w[1] - lr * g / (1 + g ** 2).sqrt())
 
 
 def topic_corpus(path, seed=0, lines=400):

@@ -21,7 +21,7 @@ def add_command(commands) -> None:
                    help="counts above this weigh 1 in the objective (GloVe's demo: 10; the paper's 100 is for "
                         "billions of words)")
     p.add_argument("--alpha", type=float, default=0.75, help="exponent of the weighting below x_max")
-    p.add_argument("--lr", type=float, default=0.05, help="AdaGrad's initial learning rate (GloVe's eta)")
+    p.add_argument("--lr", type=float, default=0.2, help="AdaGrad's learning rate")
     p.add_argument("--epochs", type=int, default=15, help="passes over the co-occurrence counts")
     p.add_argument("--batch-size", type=int, default=65536, help="co-occurrence entries per update")
     p.add_argument("--memory-mb", type=int, default=1024,
