@@ -17,7 +17,7 @@ from bertforge import load
 from bertforge.config.marian import MarianConfig
 from bertforge.formats.hf import write_parts
 from bertforge.models.translation import Transformer, TranslationObjective, sinusoids
-from bertforge.train_translation import train_translation
+from bertforge.train_translation import last_stretch, train_translation
 from bertforge.translate import DecodeOptions, decode, translate
 
 WORDS = "red blue green black white dog cat bird fish horse runs jumps".split()
@@ -52,6 +52,14 @@ def _train(tmp_path, reverse: bool, steps: int):
 def reverse_run(tmp_path_factory):
     torch.manual_seed(0)
     return _train(tmp_path_factory.mktemp("reverse"), reverse=True, steps=1000)
+
+
+def test_averaging_takes_checkpoints_of_the_last_quarter_only():
+    """A short or resumed run's newest checkpoints can reach back to its first minutes."""
+    names = [f"out/checkpoints/step-{s:07d}" for s in (483, 500, 1000, 1200, 1500)]
+    assert last_stretch(names, 5) == names[-2:]
+    assert last_stretch(names, 1) == names[-1:]
+    assert last_stretch(names[:2], 5) == names[:2]
 
 
 def test_a_tiny_model_learns_to_reverse_through_the_pipeline(reverse_run):

@@ -51,7 +51,7 @@ def train_translation(source_lang: str, target_lang: str, train_path: str, valid
     joint sub-word vocabulary) or "lstm" (CoVe's attentional LSTM over the fixed `word_vectors`,
     a GloVe or word2vec file; sub-words on the target side only). `preset`: a size of the arch's
     family (default: its default). `average`: the model written to `out/model` is the mean of the
-    last that many checkpoints (1: the last alone)."""
+    last that many checkpoints of the run's last quarter (1: the last alone)."""
     if arch not in ARCHITECTURES:
         raise BertforgeError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     family = family_of(ARCHITECTURES[arch])
@@ -173,13 +173,23 @@ def _tokenizer(out: str, family, rank: int, world: int, resume: bool, run_config
     return cls.from_pretrained(path)
 
 
+def last_stretch(checkpoints: list[str], count: int) -> list[str]:
+    """The newest `count` of `checkpoints` (oldest first) written in the last quarter of the run's
+    steps. The paper averaged checkpoints 10 minutes apart at the end of 100k steps; the newest five
+    of a short run can reach back to its first minutes (a resumed 1,500-step LSTM averaged steps
+    483 and 500 in and scored 11.5 BLEU against its last checkpoint's 19.1)."""
+    steps = [int(os.path.basename(c).rsplit("-", 1)[1]) for c in checkpoints]
+    return [c for c, step in zip(checkpoints[-count:], steps[-count:]) if step >= 0.75 * steps[-1]]
+
+
 def average_into_model(objective, tokenizer, out: str, count: int) -> list[str]:
-    """Load the mean of the weights of the newest `count` checkpoints into `objective` and write it
-    to `out/model` (checkpoint averaging, as the paper's base models). Returns the checkpoints used."""
+    """Load the mean of the weights of the newest `count` checkpoints of the last stretch
+    (`last_stretch`) into `objective` and write it to `out/model` (checkpoint averaging, as the
+    paper's base models). Returns the checkpoints used."""
     from .training.checkpoints import all_checkpoints, write_model
 
     load_weights = resolve(family_of(objective.backbone.config).checkpoint + ":load")
-    chosen = all_checkpoints(out)[-count:]
+    chosen = last_stretch(all_checkpoints(out), count)
     total = None
     for directory in chosen:
         load_weights(objective, directory)
