@@ -27,7 +27,7 @@ COMMANDS = (demo, info, pretrain, finetune, evaluate, predict, embed, fill_mask,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertforge", description="BERT end to end.")
+    parser = argparse.ArgumentParser(prog="bertforge", description="Contextual pretraining end to end: BERT, its family and its ancestors.")
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     parser.add_argument("--version", action="version", version=f"bertforge {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

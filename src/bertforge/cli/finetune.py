@@ -11,7 +11,7 @@ from .common import REPORT_TO, HelpFormatter
 COVE_FEATURES = ("glove", "cove", "glove+cove")  # config/cove.py's, named here so that --help needs no torch
 
 def add_command(commands) -> None:
-    fine = commands.add_parser("finetune", help="fine-tune a pretrained BERT (or GPT-1) for a task",
+    fine = commands.add_parser("finetune", help="fine-tune a pretrained model of any family (BERT, GPT-1, ULMFiT, ELMo, CoVe) for a task",
                                formatter_class=HelpFormatter)
     _add_task(fine)
     _add_choice_and_qa(fine)

@@ -12,8 +12,8 @@ from .common import REPORT_TO, VOCAB_KINDS, HelpFormatter
 
 
 def add_command(commands) -> None:
-    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA, ModernBERT or "
-                              "GPT-1 on a corpus",
+    pre = commands.add_parser("pretrain", help="pretrain a BERT, RoBERTa, SpanBERT, ALBERT, ELECTRA, ModernBERT, "
+                              "GPT-1, AWD-LSTM (ULMFiT) or ELMo on a corpus",
                               formatter_class=HelpFormatter)
     _add_model(pre)
     _add_budget(pre)

@@ -18,7 +18,7 @@ def add_command(commands) -> None:
 
 def _add_train(commands) -> None:
     p = commands.add_parser("train-translation", formatter_class=HelpFormatter,
-                            help="train a Transformer for translation (Vaswani et al., 2017) on parallel text")
+                            help="train a translation model on parallel text: the Transformer (Vaswani et al., 2017) or CoVe's attentional LSTM (--arch lstm)")
     p.add_argument("--source-lang", required=True, help="the source language's suffix, e.g. en")
     p.add_argument("--target-lang", required=True, help="the target language's suffix, e.g. de")
     p.add_argument("--train", required=True,
