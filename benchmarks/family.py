@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from harness import save_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
 OBJECTIVES = ["bert", "roberta", "span", "albert", "electra"]
@@ -145,9 +147,7 @@ def main() -> None:
             with open(saved, "w", encoding="utf-8") as f:
                 json.dump(results, f, indent=2)
     table = summary(results)
-    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
-        f.write(table + "\n")
-    print(table)
+    save_table(os.path.join(work, "table.md"), table)
 
 
 def summary(results: dict) -> str:

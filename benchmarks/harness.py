@@ -79,3 +79,14 @@ def provenance_line(p: dict) -> str:
     """`provenance` as the one line above a results table."""
     return (f"`{p['command']}` at {p['commit']}, {p['date']}; {p['cpu']}, {p['threads']} threads, "
             f"bf16 {'yes' if p['bf16'] else 'no (fp32 only)'}; torch {p['torch']}, transformers {p['transformers']}")
+
+
+def save_table(path: str, table: str) -> None:
+    """`table` under its provenance line (this process's command, commit, date and machine), written
+    to `path` and printed: a table is never separated from where it came from."""
+    import sys
+
+    text = f"{provenance_line(provenance(sys.argv))}\n\n{table}\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text, end="")

@@ -1,17 +1,23 @@
-"""BERT and its recurrent ancestors side by side at equal compute: ELMo (frozen biLM features mixed into
-a task biLSTM), TagLM (the LM's states inside a biLSTM-CRF tagger), ULMFiT (AWD-LSTM, its three
-stages, forward and backward and their ensemble) and BERT (the small-budget recipe), each pretrained
-for the same wall-clock minutes on the same Gutenberg corpus, then fine-tuned on SST-2 (10k training
-sentences, the full dev set) and CoNLL-2003 (5k training sentences, the full valid set; ULMFiT is a
-classifier only, TagLM a tagger only), each also from a random initialisation (the same architecture
-never pretrained), with every fine-tuning seed given. ULMFiT's paper is about long documents (IMDb):
-`authors`, built here from the Gutenberg books, asks which of eight novelists wrote a 300-word
-passage (800 training passages, 200 dev; ULMFiT reads all of it, BERT its first 128 pieces; first
-seed only, ~5 minutes per ULMFiT run).
+"""BERT and its ancestors side by side at equal compute: GloVe (static vectors into a task network),
+CoVe (GloVe and an MT-LSTM trained on translation, into the same network), ELMo (frozen biLM
+features mixed into a task biLSTM), TagLM (the LM's states inside a biLSTM-CRF tagger), ULMFiT
+(AWD-LSTM, its three stages, forward and backward and their ensemble), GPT-1 (a left-to-right
+Transformer, fine-tuned through its input transforms) and BERT (the small-budget recipe), each
+pretrained for the same wall-clock minutes on the same Gutenberg corpus (CoVe: GloVe's minutes on
+it, then as many on Multi30k en-de translation, so its row costs twice the compute), then fine-tuned
+on SST-2 (10k training sentences, the full dev set), CoNLL-2003 (5k training sentences, the full
+valid set) and a question-type task (SQuAD v1.1's questions labelled number / name / description by
+their answers, TREC's coarse types folded to what an answer's text decides; articles 0-37 train,
+38-47 dev), each also from a random initialisation (the same architecture never pretrained; CoVe's:
+a fresh MT-LSTM over the same GloVe vectors; GloVe's: random vectors), with every fine-tuning seed
+given. ULMFiT is a classifier only, TagLM a tagger only. ULMFiT's paper is about long documents
+(IMDb): `authors`, built here from the Gutenberg books, asks which of eight novelists wrote a
+300-word passage (800 training passages, 200 dev; ULMFiT reads all of it, BERT its first 128
+pieces; first seed only, ~5 minutes per ULMFiT run).
 
     python benchmarks/lineage.py [--minutes 10] [--seeds 0 1] [--out runs/bench-lineage]
-                                 [--models bert ulmfit ulmfit-bwd elmo] [--tasks sst2 conll authors]
-                                 [--starts pretrained random]
+                                 [--models bert ulmfit ulmfit-bwd elmo gpt cove]
+                                 [--tasks sst2 conll questions authors] [--starts pretrained random]
 
 ULMFiT's budget covers stages 1 and 2: general-domain pretraining for 80% of the minutes, then the LM
 fine-tuned on the SST-2 training sentences for the rest (the target-task text its paper uses). Its
@@ -22,10 +28,12 @@ the paper's recipe (discriminative rates, gradual unfreezing: row `ulmfit`) and 
 one rate of 3e-3 from the first step (rows `.../flat`; the backward model and the ensemble use it).
 TagLM is ELMo's biLM inside TagLM's tagger (`--tagger taglm`); `taglm-baseline` is the same tagger
 without the LM, so it has one start. Fine-tuning otherwise uses each family's `bertforge finetune`
-defaults (ULMFiT's recipe, Adam at 1e-3 for the task models over ELMo, the rate by width for BERT)
-with the same epochs, batch and length for all. Held-out figures are each pretraining's own: BERT's
-masked-token loss, the recurrent models' next-word loss (ELMo: the mean of its two directions) on
-the held-out books; the vocabularies differ, so losses compare within a family only.
+defaults (ULMFiT's recipe, Adam at 1e-3 for the task models over ELMo and CoVe, the rate by width
+for BERT and GPT) with the same epochs, batch and length for all. Held-out figures are each
+pretraining's own: BERT's masked-token loss, GPT's and the recurrent models' next-word loss (ELMo:
+the mean of its two directions) on the held-out books, GloVe's WordSim-353 and analogy scores and
+the translation's validation BLEU for CoVe; the vocabularies differ, so losses compare within a
+family only.
 
 Needs ../shared/data (developers and CI machines only). Not part of the tests. Commands are printed;
 results.json keeps every run as it comes and a later call skips what it holds; table.md gets the table.
@@ -39,6 +47,7 @@ import sys
 
 import numpy as np
 from family import DATA, records, run, subsets, workspace
+from harness import save_table
 
 TASKS = {  # name: (--task, train, dev, metric, settings)
     "sst2": ("sst2", "WORK/sst2-train-10k.tsv", "glue/SST-2/dev.tsv", "accuracy",
@@ -49,6 +58,9 @@ TASKS = {  # name: (--task, train, dev, metric, settings)
                 ["--epochs", "3", "--batch-size", "16", "--max-seq-length", "512", "--text-column", "text",
                  "--label-column", "label"]),
 }
+TASKS["questions"] = ("classification", "WORK/questions-train.tsv", "WORK/questions-dev.tsv", "accuracy",
+                      ["--epochs", "2", "--batch-size", "32", "--max-seq-length", "64", "--text-column", "text",
+                       "--label-column", "label"])
 FIRST_SEED_ONLY = {"authors"}  # ~5 minutes per ULMFiT run: one seed
 # The long-document set: who wrote a 300-word passage, among eight novelists with 140k+ words here.
 AUTHORS = {"Dumas": ["1184-0.txt"], "Hugo": ["135-0.txt"], "Tolstoy": ["2600-0.txt"], "Dostoevsky": ["2554-0.txt"],
@@ -56,15 +68,25 @@ AUTHORS = {"Dumas": ["1184-0.txt"], "Hugo": ["135-0.txt"], "Tolstoy": ["2600-0.t
            "Twain": ["74-0.txt", "76-0.txt"]}
 PASSAGE, TRAIN_PASSAGES, DEV_PASSAGES, FRONT_MATTER = 300, 100, 25, 2000
 MODELS = {"bert": ["--objective", "bert"], "ulmfit": ["--objective", "awd-lstm"],
-          "ulmfit-bwd": ["--objective", "awd-lstm", "--backwards"], "elmo": ["--objective", "elmo"]}
+          "ulmfit-bwd": ["--objective", "awd-lstm", "--backwards"], "elmo": ["--objective", "elmo"],
+          "gpt": ["--objective", "gpt"], "cove": []}
+# CoVe's MT-LSTM learns on Multi30k en-de over 300-d GloVe vectors learned first on the corpus; each
+# step gets the minutes, so CoVe's row costs twice the compute (the GloVe row, its vectors alone, once).
+COVE_TRANSLATION = ["--arch", "lstm", "--source-lang", "en", "--target-lang", "de", "--eval-every", "250",
+                    "--bleu-sentences", "200", "--average", "1"]
 FLAT = ["--layer-lr-decay", "1", "--lr", "3e-3"]  # ULMFiT's classifier with every layer at one rate throughout
 # What each pretrained model is fine-tuned as: (variant, its flags, the tasks it serves, the starts it has)
 VARIANTS = {
-    "bert": [("", [], ("sst2", "conll", "authors"), ("pretrained", "random"))],
+    "bert": [("", [], ("sst2", "conll", "questions", "authors"), ("pretrained", "random"))],
     "ulmfit": [("", [], ("sst2",), ("pretrained", "random")),
-               ("flat", FLAT, ("sst2", "authors"), ("pretrained", "random"))],
+               ("flat", FLAT, ("sst2", "questions", "authors"), ("pretrained", "random"))],
     "ulmfit-bwd": [("flat", FLAT, ("sst2", "authors"), ("pretrained", "random"))],
-    "elmo": [("", [], ("sst2", "conll"), ("pretrained", "random")),
+    "gpt": [("", [], ("sst2", "conll", "questions"), ("pretrained", "random"))],
+    # random: a fresh MT-LSTM over the same GloVe vectors (what translation adds); for GloVe alone,
+    # random vectors
+    "cove": [("", ["--features", "glove+cove"], ("sst2", "conll", "questions"), ("pretrained", "random")),
+             ("glove", ["--features", "glove"], ("sst2", "conll", "questions"), ("pretrained", "random"))],
+    "elmo": [("", [], ("sst2", "conll", "questions"), ("pretrained", "random")),
              ("taglm", ["--tagger", "taglm"], ("conll",), ("pretrained", "random")),
              ("taglm-baseline", ["--tagger", "taglm-baseline"], ("conll",), ("pretrained",))],
 }
@@ -103,8 +125,74 @@ def authors(work: str) -> None:
             f.write("text\tlabel\n" + "".join(rows))
 
 
+MONTHS = set("january february march april may june july august september october november december".split())
+NUMBER_WORDS = set("one two three four five six seven eight nine ten eleven twelve twenty hundred thousand million "
+                   "billion first second third".split())
+MINOR = {"of", "the", "and", "de", "von", "van", "for", "in"}  # lower-case words inside names
+
+
+def answer_type(answer: str) -> str:
+    """TREC's coarse question types folded to three that an answer's text decides: a number (digits,
+    number words, months: TREC's NUM), a name (every word capitalised: HUM, LOC and named ENTY), or a
+    description (DESC and the rest)."""
+    words = [w.strip(".,;:'\"()").lower() for w in answer.split()]
+    if any(c.isdigit() for c in answer) or any(w in MONTHS | NUMBER_WORDS for w in words):
+        return "number"
+    named = [w for w in answer.split() if w[:1].isalpha() and w.lower() not in MINOR]
+    return "name" if named and all(w[0].isupper() for w in named) else "description"
+
+
+def questions(work: str) -> None:
+    """questions-{train,dev}.tsv, the question-type task (TREC is not in the shared data): each SQuAD
+    v1.1 dev question labelled by the type of its first answer (`answer_type`); articles 0-37 train
+    (~8,400 questions), 38-47 dev (~2,100), so no article is in both. The model reads the question
+    alone, as in TREC: it must tell what kind of thing is asked for."""
+    with open(os.path.join(DATA, "squad", "dev-v1.1.json"), encoding="utf-8") as f:
+        articles = json.load(f)["data"]
+    for split, chosen in (("train", articles[:38]), ("dev", articles[38:])):
+        rows = [f"{' '.join(q['question'].split())}\t{answer_type(q['answers'][0]['text'])}\n"
+                for a in chosen for p in a["paragraphs"] for q in p["qas"]]
+        with open(os.path.join(work, f"questions-{split}.tsv"), "w", encoding="utf-8") as f:
+            f.write("text\tlabel\n" + "".join(rows))
+
+
+def pretrain_cove(corpus: str, work: str, minutes: float) -> dict:
+    """GloVe on the corpus for `minutes`, then CoVe's MT-LSTM on Multi30k en-de over those vectors for
+    `minutes`; the figures of both."""
+    from gensim.test.utils import datapath  # the test sets gensim ships (the test extra)
+
+    from bertforge import vector_scores
+    from bertforge.formats.word_vectors import read_vectors
+
+    vectors = os.path.join(work, "glove", "vectors.txt")
+    os.makedirs(os.path.dirname(vectors), exist_ok=True)
+    wall = 0.0
+    if not os.path.exists(vectors):
+        wall += run([*BERTFORGE, "word-vectors", "--corpus", corpus, "--out", vectors, "--dim", "300",
+                     "--max-minutes", str(minutes)])
+    words, matrix = read_vectors(vectors)
+    pairs, sections = (vector_scores.read_pairs(datapath("wordsim353.tsv")),
+                       vector_scores.read_questions(datapath("questions-words.txt")))
+    glove = {"words": len(words), "wordsim": round(vector_scores.word_similarity(words, matrix, pairs)["spearman"], 3),
+             "analogies": round(100 * vector_scores.analogies(words, matrix, sections)["accuracy"], 1)}
+    run_dir = os.path.join(work, "cove")
+    if not os.path.isdir(os.path.join(run_dir, "model")):
+        prefix = os.path.join(DATA, "multi30k")
+        wall += run([*BERTFORGE, "train-translation", *COVE_TRANSLATION, "--word-vectors", vectors,
+                     "--train", os.path.join(prefix, "train"), "--valid", os.path.join(prefix, "val"),
+                     "--out", run_dir, "--max-minutes", str(minutes)])
+    logged = records(run_dir)
+    train = [r for r in logged if "loss" in r]
+    return {"steps": train[-1]["step"], "pretrain_minutes": round(train[-1]["elapsed_s"] / 60, 1),
+            "tokens_per_s": round(float(np.mean([r["tokens_per_s"] for r in train[1:]]))),
+            "held_out": [r for r in logged if r.get("eval")][-1]["eval"], "parameters": parameters(run_dir),
+            "model_type": "cove", "glove": glove, "wall_minutes": round(wall, 1)}
+
+
 def pretrain(name: str, corpus: str, work: str, minutes: float) -> dict:
     """Pretrain `name` (ULMFiT: stages 1 and 2) within `minutes`; its figures."""
+    if name == "cove":
+        return pretrain_cove(corpus, work, minutes)
     run_dir = os.path.join(work, name)
     common = ["--eval-every", "0", "--eval-batches", "40", "--save-every", "100000", "--seed", "0", "--quiet"]
     ulmfit = name.startswith("ulmfit")
@@ -174,6 +262,32 @@ def random_init(pretrained: str, out: str, seed: int) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def random_cove(pretrained: str, out: str, seed: int, keep_vectors: bool) -> None:
+    """CoVe's architecture and vocabularies never trained on translation: a fresh MT-LSTM (and decoder)
+    over the pretrained GloVe vectors, or (GloVe's own random start) over random vectors of GloVe's
+    spread."""
+    vectors = "w" if keep_vectors else "torch.randn_like(w) * w.std()"
+    code = ("import os, torch; from bertforge import load; from bertforge.formats.hf import write_parts; "
+            "from bertforge.models.cove import CoveTranslator\n"
+            f"loaded = load({pretrained!r}); torch.manual_seed({seed}); fresh = CoveTranslator(loaded.config)\n"
+            "w = loaded.model.encoder.vectors.weight\n"
+            f"with torch.no_grad(): fresh.encoder.vectors.weight.copy_({vectors})\n"
+            f"os.makedirs({out!r}); write_parts(fresh, {out!r}, loaded.tokenizer)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def random_start(name: str, variant: str, final: str, work: str, seed: int) -> str:
+    """The never-pretrained model of a row (made on first use): the same architecture and vocabulary."""
+    vectors_too = name == "cove" and variant == "glove"
+    out = os.path.join(work, f"{name}-random{'-vectors' if vectors_too else ''}-s{seed}")
+    if not os.path.isdir(out):
+        if name == "cove":
+            random_cove(final, out, seed, keep_vectors=not vectors_too)
+        else:
+            random_init(final, out, seed)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="pretraining budget of each model")
@@ -188,6 +302,7 @@ def main() -> None:
     corpus, work = workspace(args.out)
     subsets(work)
     authors(work)
+    questions(work)
     saved = os.path.join(work, args.results)
     results = json.load(open(saved, encoding="utf-8")) if os.path.exists(saved) else {}
 
@@ -201,17 +316,15 @@ def main() -> None:
             keep()
         final = os.path.join(work, name + "-sst2" if name.startswith("ulmfit") else name, "model")
         for seed in args.seeds:
-            random_model = os.path.join(work, f"{name}-random-s{seed}")
-            if "random" in args.starts and not os.path.isdir(random_model):
-                random_init(final, random_model, seed)
             for variant, flags, tasks, starts in VARIANTS[name]:
                 row = f"{name}/{variant}" if variant else name
-                for start, model in (("pretrained", final), ("random", random_model)):
+                for start in ("pretrained", "random"):
                     for task in tasks:
                         key = f"{row} {start} {task} seed={seed}"
                         if (key in results or start not in args.starts or start not in starts or task not in args.tasks
                                 or task in FIRST_SEED_ONLY and seed != args.seeds[0]):
                             continue
+                        model = final if start == "pretrained" else random_start(name, variant, final, work, seed)
                         kind, train_file, dev, metric, settings = TASKS[task]
                         out = finetuned(work, row, start, seed, task)
                         minutes = run([*BERTFORGE, "finetune", "--task", kind, "--train", path(train_file, work),
@@ -232,9 +345,7 @@ def main() -> None:
                         results[key] = {"score": 100 * json.loads(done.stdout)["accuracy"]}
                         keep()
     table = summary(results, args.tasks)
-    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
-        f.write(table + "\n")
-    print(table)
+    save_table(os.path.join(work, "table.md"), table)
 
 
 def finetuned(work: str, row: str, start: str, seed: int, task: str) -> str:
@@ -247,6 +358,10 @@ def path(name: str, work: str) -> str:
 
 def held_out(pre: dict) -> str:
     held = pre["held_out"]
+    if pre["model_type"] == "cove":
+        g = pre["glove"]
+        return (f"GloVe: {g['words']:,} words, WordSim {g['wordsim']:.2f}, analogies {g['analogies']:.1f}%; "
+                f"translation: validation BLEU {100 * held['bleu']:.1f} (greedy, 200 sentences)")
     if "mlm_loss" in held:
         return f"masked-token loss {held['mlm_loss']:.2f} ({100 * held['mlm_accuracy']:.1f}%)"
     if "forward_loss" in held:
@@ -260,7 +375,7 @@ def held_out(pre: dict) -> str:
 
 
 def summary(results: dict, tasks: list[str]) -> str:
-    header = {"sst2": "SST-2 acc", "conll": "CoNLL F1", "authors": "authors acc"}
+    header = {"sst2": "SST-2 acc", "conll": "CoNLL F1", "questions": "question type acc", "authors": "authors acc"}
     lines = ["| model | start | parameters | tokens/s | steps | held-out | "
              + " | ".join(header[t] for t in tasks) + " |", "|---" * (6 + len(tasks)) + "|"]
     rows = [(name, f"{name}/{v}" if v else name) for name in MODELS for v, *_ in VARIANTS[name]]

@@ -4,6 +4,7 @@ on random weights for several configs and on the real all-MiniLM-L6-v2 weights.
     python benchmarks/parity.py
 """
 
+import argparse
 import os
 import sys
 import tempfile
@@ -36,6 +37,7 @@ def diff(ours, theirs, batch) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help; no options
     rows = []
     for name, config in CONFIGS.items():
         batch = random_batch(config.vocab_size, batch=4, length=64)

@@ -21,6 +21,7 @@ from bertforge.demo import prepare_corpus
 from bertforge.pretrain import pretrain
 from bertforge.training.run_log import read_metrics
 from bertforge.training.trainer import TrainOptions
+from harness import save_table
 
 # name: settings changed from the base (2018 BERT's recipe on a small model: what users got before)
 BASE = {"positions": "absolute", "lr": 1e-4, "warmup": 0.01, "dropout": None, "betas": (0.9, 0.999),
@@ -108,9 +109,7 @@ def main() -> None:
                 return f"{sum(values) / len(values):{fmt}} ({', '.join(f'{v:{fmt}}' for v in values)})" if values else "-"
             lines.append(f"| {name} | {cell('mlm_accuracy', '.1%')} | {cell('nsp_accuracy', '.1%')} | "
                          f"{cell('mlm_loss', '.2f')} | {sum(r['tokens'] for r in rs) / len(rs) / 1e6:.1f}M |")
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_table(os.path.join(args.out, "table.md"), "\n".join(lines))
 
 
 if __name__ == "__main__":

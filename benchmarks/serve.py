@@ -31,6 +31,7 @@ import time
 import numpy as np
 import torch
 from family import DATA
+from harness import save_table
 
 
 def free_port() -> int:
@@ -189,9 +190,7 @@ def main() -> None:
     lines += ["", "| embedding 872 SST-2 sentences, fp32, batches of 32 | sentences/s |", "|---|---|"]
     lines += [f"| {name} | {onnx[name]['sentences_per_s']} |" for name in ("ours fp32", "onnxruntime fp32")]
     lines += ["", f"largest difference of the pooled vectors: {onnx['max_difference']:.1e}"]
-    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_table(os.path.join(work, "table.md"), "\n".join(lines))
 
 
 if __name__ == "__main__":

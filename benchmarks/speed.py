@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from harness import DATA, peak_rss_mb, sst2_sentences
+from harness import DATA, peak_rss_mb, save_table, sst2_sentences
 
 PRESETS = ["bert-mini", "bert-small", "bert-base"]
 STEPS = {"bert-mini": (3, 10), "bert-small": (2, 6), "bert-base": (1, 3)}  # (warm-up, timed) steps
@@ -718,7 +718,7 @@ def main() -> None:
     with open(os.path.join(args.out, "speed.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     print()
-    print(table(rows))
+    save_table(os.path.join(args.out, "speed.md"), table(rows))
     for impl, r in report.get("accuracy", {}).items():
         print(f"SST-2 dev accuracy after the same fine-tuning, {impl}: {r['dev_accuracy']} ({r['minutes']} min)")
     for s in report.get("shards", []):

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 from family import workspace
+from harness import save_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
@@ -39,10 +40,7 @@ def run(command: list[str]) -> float:
 
 def write_table(work: str, lines: list[str]) -> None:
     """The table's lines printed and saved as `work`/table.md."""
-    table = "\n".join(lines)
-    with open(os.path.join(work, "table.md"), "w", encoding="utf-8") as f:
-        f.write(table + "\n")
-    print(table)
+    save_table(os.path.join(work, "table.md"), "\n".join(lines))
 
 
 def records(out: str) -> list[dict]:

@@ -288,10 +288,8 @@ def quality_peer(settings: dict) -> dict:
 
 def quality(args, size: dict) -> dict:
     """Ours, then (unless --no-peer) the peer, each in its own process, one after the other."""
-    import inspect
-
     from bertforge.config.marian import PRESETS
-    from bertforge.train_translation import train_translation
+    from bertforge.train_translation import SCHEDULES
 
     if os.path.exists(os.path.join(args.out, "ours")):
         sys.exit(f"{os.path.join(args.out, 'ours')} exists: choose another --out, or remove it")
@@ -300,14 +298,14 @@ def quality(args, size: dict) -> dict:
     if args.arch == "lstm":  # CoVe's model: its own sizes, ours alone (the peer is a Transformer)
         if not (args.word_vectors and args.no_peer):
             sys.exit("--arch lstm needs --word-vectors FILE and --no-peer (the peer is a Transformer)")
-        # An LSTM needs no long warm-up (OpenNMT's Adam recipe has none); the Transformer's 1,000
-        # steps were a third of its hour. Checkpoints every 250 steps give the average a last stretch.
+        # The LSTM's own schedule (train_translation.SCHEDULES); checkpoints every 250 steps give
+        # the average a last stretch.
         ours.update(arch="lstm", word_vectors=os.path.abspath(args.word_vectors),
-                    preset="cove-tiny" if args.quick else "cove", lr=2e-3, warmup=200, save_every=250)
+                    preset="cove-tiny" if args.quick else "cove", save_every=250)
     if args.quick:
         ours.update(bleu_sentences=50, warmup=100)
-    defaults = {k: v.default for k, v in inspect.signature(train_translation).parameters.items()}
-    recipe = {"lr": defaults["lr"], "warmup": ours.get("warmup", defaults["warmup"])}  # the peer's: ours'
+    lr, warmup = SCHEDULES["transformer"]
+    recipe = {"lr": lr, "warmup": ours.get("warmup", warmup)}  # the peer's: ours
     settings = {"pair": args.pair, "out": args.out, "minutes": minutes, "peer_minutes": args.peer_minutes or minutes,
                 "sentences": size["sentences"], "first": 500 if not args.quick else 25, "ours": ours,
                 "peer_recipe": recipe, "sizes": PRESETS.get(ours["preset"])}

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/install.md", "docs/command-line.md", "docs/pretraining.md", "docs/distributed.md",
          "docs/recipe.md", "docs/bert-family.md", "docs/gpt.md", "docs/ulmfit.md", "docs/elmo.md",
          "docs/translation.md", "docs/cove.md", "docs/finetuning.md", "docs/serving.md", "docs/python.md",
-         "docs/reliability.md", "docs/benchmarks.md", "docs/speed.md", "docs/architecture.md", "docs/layout.md",
+         "docs/reliability.md", "docs/benchmarks.md", "docs/speed.md", "docs/history.md", "docs/architecture.md", "docs/layout.md",
          "docs/cli-reference.md")
 SHELL = ("bash", "sh", "shell", "console")
 
@@ -142,6 +142,7 @@ def lay_out(root: Path) -> Path:
              "runs/fwd": "ulmfit-sst2", "runs/bwd": "ulmfit-bwd-sst2"}
     for name, target in links.items():
         os.symlink(target, work / name)
+    os.symlink(ROOT / "tests", work / "tests")  # the checkpoint fixtures the architecture page loads
     return work
 
 
@@ -531,7 +532,10 @@ class Runner:
 def run_commands(commands: list[tuple[str, list[str], str]], runner: Runner) -> list[str]:
     """Run the commands in order, again those that failed while any other succeeds (a command can
     need what a later page makes); returns the failures, each with its page and line."""
-    queue, errors = [c for c in commands if c[2] not in SKIPPED], {}
+    unique = {}  # a command shown on two pages (the README's overview, a family's page) runs once
+    for command in commands:
+        unique.setdefault(command[2], command)
+    queue, errors = [c for c in unique.values() if c[2] not in SKIPPED], {}
     while queue:
         waiting = []
         for where, words, key in queue:
@@ -640,3 +644,14 @@ def test_every_command_and_block_of_the_docs_runs(tmp_path, monkeypatch, capsys)
     failures = [f"{page}, line {fence}: {error}" for page in PAGES for fence, code in python_blocks((ROOT / page).read_text())
                 if code.splitlines()[0] not in SKIPPED_PYTHON and (error := run_python(code, work))]
     assert not failures, "python blocks of the docs that fail:\n" + "\n".join(failures)
+
+
+def test_the_layout_page_names_every_module():
+    """docs/layout.md is the map of the package: a new module that it does not name fails here (the
+    command's modules, one per subcommand, are the reference page's)."""
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    named = set(re.findall(r"([\w.]+\.(?:py|html))", layout))
+    package = ROOT / "src" / "bertforge"
+    missing = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py")) if p.name != "__init__.py"
+               and not {"__pycache__", "cli"} & set(p.parts) and p.name not in named]
+    assert not missing, f"docs/layout.md does not name: {missing}"

@@ -154,6 +154,20 @@ def test_ctrl_c_saves_and_resume_continues_exactly(tmp_path):
         assert (tmp_path / "full" / "model" / name).read_bytes() == (tmp_path / "cut" / "model" / name).read_bytes()
 
 
+def test_a_finished_run_resumed_with_a_new_time_budget_continues(tmp_path):
+    """--resume with --max-minutes alone plans the new minutes (it used to stop at once: the first
+    plan was done)."""
+    write_corpus(tmp_path / "corpus")
+    args = tiny_args(tmp_path / "corpus", tmp_path / "run", tmp_path / "cache", "--save-every", "4",
+                     "--eval-every", "0", "--precision", "fp32")
+    first = run_cli([*args, "--steps", "4"])
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    more = run_cli([*args, "--resume", "--max-minutes", "0.1"])
+    assert more.wait(timeout=300) == 0, more.stderr.read()
+    steps = [r["step"] for r in read_metrics(str(tmp_path / "run")) if "loss" in r]
+    assert steps[-1] > 4 and steps == sorted(set(steps))
+
+
 DDP_SCRIPT = """
 import sys
 from bertforge.pretrain import pretrain

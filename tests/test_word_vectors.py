@@ -210,6 +210,15 @@ def test_truncated_binary_file(tmp_path):
         read_vectors(str(tmp_path / "v.bin"))
 
 
+def test_the_vectors_never_overwrite_the_corpus(tmp_path):
+    topic_corpus(tmp_path / "corpus.txt", lines=50)
+    before = (tmp_path / "corpus.txt").read_bytes()
+    with pytest.raises(BertforgeError, match="is the input"):
+        train_word_vectors(str(tmp_path / "corpus.txt"), str(tmp_path / "corpus.txt"), GloveOptions(dim=4, epochs=1),
+                           progress=False)
+    assert (tmp_path / "corpus.txt").read_bytes() == before and not (tmp_path / "corpus.txt.run").exists()
+
+
 def test_command_line(tmp_path, capsys):
     topic_corpus(tmp_path / "corpus.txt", lines=50)
     out = str(tmp_path / "v.vec")

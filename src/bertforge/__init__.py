@@ -1,4 +1,4 @@
-"""bertforge: BERT end to end, from a WordPiece vocabulary to fine-tuned HF-format checkpoints."""
+"""bertforge: contextual pretraining end to end (BERT, its family and its ancestors), with checkpoints in Hugging Face's format."""
 
 from .config import PRESETS, BertConfig, preset
 from .embed import Embedder, embed

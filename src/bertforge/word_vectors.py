@@ -33,6 +33,7 @@ from .data.words import split_words
 from .errors import BertforgeError
 from .formats.tensors import read_safetensors
 from .formats.word_vectors import write_vectors
+from .paths import check_apart
 from .progress import progress as progress_bar
 
 STATE, VOCAB, METRICS = "state.safetensors", "vocab.txt", "metrics.jsonl"
@@ -74,6 +75,7 @@ def train_word_vectors(corpus, out: str, options: GloveOptions | None = None, la
     files = find_files(corpus)
     if not files:
         raise BertforgeError(f"no text files in {corpus!r}")
+    check_apart(out, *files)  # before any work: the vectors never overwrite the text they come from
     folder = out + ".run"
     settings = {**asdict(o), "files": [os.path.abspath(f) for f in files], "layout": layout}
     _open_run(folder, settings, resume)

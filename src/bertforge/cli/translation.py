@@ -40,8 +40,10 @@ def _add_train(commands) -> None:
     p.add_argument("--max-length", type=int, default=256, help="longer pairs are skipped (and counted in the log)")
     p.add_argument("--steps", type=int, help="optimizer steps (with --max-minutes: whichever comes first)")
     p.add_argument("--max-minutes", type=float, help="a time budget in minutes")
-    p.add_argument("--lr", type=float, default=1e-3, help="the peak learning rate, reached after --warmup")
-    p.add_argument("--warmup", type=int, default=1000, help="warm-up steps of the inverse-square-root schedule")
+    p.add_argument("--lr", type=float, help="the peak learning rate, reached after --warmup (default: 1e-3 for the "
+                                            "Transformer, 2e-3 for --arch lstm)")
+    p.add_argument("--warmup", type=int, help="warm-up steps of the inverse-square-root schedule (default: 1,000 for "
+                                              "the Transformer, 200 for --arch lstm)")
     p.add_argument("--label-smoothing", type=float, default=0.1, help="of the cross-entropy")
     p.add_argument("--eval-every", type=int, default=500, help="steps between validation loss and BLEU")
     p.add_argument("--bleu-sentences", type=int, default=500, help="validation sentences translated for BLEU")

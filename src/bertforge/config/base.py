@@ -78,6 +78,17 @@ class HFConfig:
             value = getattr(self, name)
             _check(_is_number(value) and value > 0, name, "a positive number", value)
 
+    def _check_translation_ids(self) -> None:
+        """Marian's special ids, which both translation families keep: pad the last target id unless
+        given, the decoder starting from pad unless given, and every special id inside the vocabulary."""
+        if self.pad_token_id is None:
+            self.pad_token_id = self.vocab_size - 1
+        if self.decoder_start_token_id is None:
+            self.decoder_start_token_id = self.pad_token_id
+        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and 0 <= value < self.vocab_size, name, f"an id below {self.vocab_size}", value)
+
     def _check_heads(self) -> None:
         if self.architectures == []:  # said nothing: the family's own default (its encoder), as when left out
             field = next(f for f in dataclasses.fields(self) if f.name == "architectures")

@@ -57,13 +57,7 @@ class CoveConfig(HFConfig):
                            probabilities=("dropout",))
         _check(self.model_type == "cove", "model_type", "'cove'", self.model_type)
         _check(self.task_features in FEATURES, "task_features", f"one of {', '.join(FEATURES)}", self.task_features)
-        if self.pad_token_id is None:
-            self.pad_token_id = self.vocab_size - 1
-        if self.decoder_start_token_id is None:
-            self.decoder_start_token_id = self.pad_token_id
-        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and 0 <= value < self.vocab_size, name, f"an id below {self.vocab_size}", value)
+        self._check_translation_ids()
         self._check_heads()
 
     # The names code shared by every family reads.

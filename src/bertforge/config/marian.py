@@ -92,13 +92,7 @@ class MarianConfig(HFConfig):
             self.decoder_vocab_size = self.vocab_size
         _check(self.decoder_vocab_size == self.vocab_size and self.share_encoder_decoder_embeddings, "decoder_vocab_size",
                "the vocab_size with shared embeddings (bertforge builds one joint vocabulary)", self.decoder_vocab_size)
-        if self.pad_token_id is None:
-            self.pad_token_id = self.vocab_size - 1
-        if self.decoder_start_token_id is None:
-            self.decoder_start_token_id = self.pad_token_id
-        for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and 0 <= value < self.vocab_size, name, f"an id below {self.vocab_size}", value)
+        self._check_translation_ids()
         self._check_heads()
 
     # The names code shared by every family reads.

@@ -15,6 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
 class LockedDropout(nn.Module):
@@ -109,3 +110,10 @@ class ProjectedLSTM(nn.Module):
             outputs.append(h)
         out = torch.stack(outputs, dim=1) if outputs else x.new_zeros(batch, 0, self.hidden_size)
         return out, (h, c)
+
+
+def packed_bilstm(lstm: nn.LSTM, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`lstm` over the real positions of right-padded `x` (B, T, D) -> (B, T, 2 hidden), zeros at
+    padding: the task models' biLSTMs never read padding (an empty row reads its first position)."""
+    packed = pack_padded_sequence(x, mask.sum(1).clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+    return pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=x.shape[1])[0]

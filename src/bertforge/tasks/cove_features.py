@@ -14,20 +14,14 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import BertforgeError
 from ..losses import classification_losses, tagging_losses
 from ..models.cove import MTLSTM
+from ..models.lstm import packed_bilstm as bilstm
 
 HIDDEN = 150  # each direction of the task's biLSTMs (the paper's BCN: 300)
 DROPOUT = 0.2
-
-
-def bilstm(lstm: nn.LSTM, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`lstm` over the real positions of right-padded `x` (B, T, D) -> (B, T, 2 hidden), zeros at padding."""
-    packed = pack_padded_sequence(x, mask.sum(1).clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-    return pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=x.shape[1])[0]
 
 
 class OverFrozenCoVe(nn.Module):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..errors import BertforgeError
 from ..losses import classification_losses, tagging_losses
 from ..models.elmo import ELMo
+from ..models.lstm import packed_bilstm as bilstm
 from ..models.scalar_mix import ScalarMix
 
 WORD_DIM = 100  # the task's own word vectors (GloVe's 100 in the paper's NER baseline)
@@ -77,12 +77,6 @@ class OverFrozenLM(nn.Module):
                 layer[i, :lengths[i]] = row
         return out
 
-    @staticmethod
-    def bilstm(lstm: nn.LSTM, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """`lstm` over the real positions of right-padded `x` (B, T, D) -> (B, T, 2 hidden), zeros at padding."""
-        packed = pack_padded_sequence(x, mask.sum(1).cpu(), batch_first=True, enforce_sorted=False)
-        return pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=x.shape[1])[0]
-
 
 class ELMoTaskModel(OverFrozenLM):
     def __init__(self, config):
@@ -99,7 +93,7 @@ class ELMoTaskModel(OverFrozenLM):
         layers = [F.layer_norm(h, h.shape[-1:]) for h in self.lm_layers(batch)]
         mixed = self.dropout(self.mix(layers))  # (B, T, 2P)
         x = torch.cat([mixed, self.words(batch["input_ids"])], dim=-1)  # (B, T, 2P + W)
-        return self.bilstm(self.lstm, x, mask), mask
+        return bilstm(self.lstm, x, mask), mask
 
 
 class ELMoClassifier(ELMoTaskModel):
@@ -167,10 +161,10 @@ class TagLMTagger(OverFrozenLM):
         by_char = self.chars(chars.view(b * t, c)).transpose(1, 2)  # (B*T, E, C)
         char_vectors = self.char_cnn(by_char).amax(-1).view(b, t, -1)  # (B, T, filters)
         x = self.dropout(torch.cat([self.words(batch["input_ids"]), char_vectors], dim=-1))
-        h = self.bilstm(self.lstm, x, mask)  # (B, T, 2 HIDDEN)
+        h = bilstm(self.lstm, x, mask)  # (B, T, 2 HIDDEN)
         if self.lm_states:
             h = torch.cat([h, self.lm_layers(batch)[-1]], dim=-1)  # + [forward top; backward top] (B, T, 2P)
-        h = self.bilstm(self.lstm2, self.dropout(h), mask)
+        h = bilstm(self.lstm2, self.dropout(h), mask)
         return self.dense(self.dropout(h))
 
     def emissions(self, batch: dict) -> torch.Tensor:

@@ -255,6 +255,9 @@ def _resume(run: _Run, checkpoints: str) -> None:
     if o.steps and o.steps != run.total_steps:
         _log(run.rank == 0, f"the run planned {run.total_steps} steps; now {o.steps} (the schedule stretches to fit)")
         run.total_steps = o.steps
+    elif not o.steps and o.max_minutes and run.step >= run.total_steps:  # plan done: a new budget continues it
+        _log(run.rank == 0, f"the run's plan of {run.total_steps} steps is done; planning {o.max_minutes} more minutes")
+        run.total_steps = None
     # The metrics window is part of the state, so that records after a resume average the same
     # steps as in an uninterrupted run.
     run.sums, run.window_tokens = window if window else (None, 0)
@@ -283,13 +286,14 @@ def _write(run: _Run, record: dict) -> None:
 def _plan(run: _Run) -> None:
     """The number of steps (from the time budget when no number was given) and of warm-up steps."""
     if run.total_steps is None:
-        run.total_steps = _estimate_steps(run.net, run.data, run.autocast, run.device, run.o, run.world)
+        run.total_steps = run.step + _estimate_steps(run.net, run.data, run.autocast, run.device, run.o, run.world)
         _log(run.rank == 0, f"time budget of {run.o.max_minutes} min: planning {run.total_steps} steps")
         # A few timed passes misjudge the pace by up to a third (a cold allocator, a short first
         # batch), and the pace drifts (a 30-minute run slowed by 13% after its first 20 steps), so
         # the plan is made again from the real steps so far at steps 20, 40, 80, ... while they
         # are less than half of it.
-        run.replan_at = REPLAN_STEPS if run.total_steps > 2 * REPLAN_STEPS else None
+        # (not after a resume: the pace is measured from step 0 of this process)
+        run.replan_at = REPLAN_STEPS if run.step == 0 and run.total_steps > 2 * REPLAN_STEPS else None
     run.warmup = _warmup_steps(run.o, run.total_steps)
 
 
