@@ -30,7 +30,7 @@ PROMPTS = [
 ]
 
 
-# Why the demo does not report next-sentence prediction as something it learned. Measured (README,
+# Why the demo does not report next-sentence prediction as something it learned. Measured (docs/install.md,
 # the demo's paragraph): on the plays, a random B comes from another play of the same diction, so telling it
 # from the true continuation is beyond bert-tiny in three minutes (held-out NSP 49.5% after 990
 # steps, while masked-token accuracy reaches 25%); bert-mini pretrained 20 minutes on the Gutenberg
@@ -38,7 +38,7 @@ PROMPTS = [
 # learns it.
 NSP_AT_THIS_BUDGET = ("next-sentence accuracy {:.1%} (chance: 50%): in minutes, on plays that share their diction, "
                       "a small BERT does not learn whether B follows A; the head is trained (the checkpoint is "
-                      "BERT's) and learns with a longer budget or data that decides it (see the README)")
+                      "BERT's) and learns with a longer budget or data that decides it (docs/recipe.md)")
 
 
 def default_corpus() -> list[str]:

@@ -3,7 +3,7 @@
 BERT's own settings (learned absolute positions, peak learning rate 1e-4, 1% warm-up, dropout 0.1,
 Adam beta2 0.999) were tuned for a million steps of BERT-base; a CPU run gets one or two thousand,
 in which they learn word frequencies and nothing more. `benchmarks/recipe.py` measures the
-alternatives on this project's own pipeline (table in the README); the winners are the
+alternatives on this project's own pipeline (the table in docs/recipe.md); the winners are the
 "small-budget" recipe, the default. "bert-2018" keeps the paper's settings exactly.
 
 Every setting here is a default only: each has its own flag, and the resolved values are printed at
@@ -61,7 +61,7 @@ def pretraining_recipe(name: str, objective: str, preset: str | None) -> Pretrai
     bert-mini, fine at 5e-4). Masking, schedule and layer order are the objective's: ModernBERT
     masks 30% as its paper does, GPT masks nothing, decays along a cosine as GPT-1's paper did, and
     takes GPT-2's layer order, which leaves the unigram plateau in half the steps of GPT-1's
-    (README: "GPT-1's layer order"). "bert-2018" is BERT's paper (Devlin et al., 2019) with each
+    (docs/gpt.md: "GPT-1's layer order"). "bert-2018" is BERT's paper (Devlin et al., 2019) with each
     objective's own paper's differences (`Objective.paper`).
     """
     if name not in RECIPES:
@@ -113,7 +113,7 @@ def finetuning_lr(hidden_size: int) -> float:
     BERT's paper searched 2e-5..5e-5 for BERT-base and large; small encoders want several times
     more (Turc et al., 2019 searched up to 1e-4 for BERT-Tiny..Medium, and 2e-5 leaves a bert-mini
     classifier near its initialisation after a few epochs). Measured here on SST-2 for the small
-    sizes (README: "Fine-tuning defaults").
+    sizes (docs/finetuning.md: "The recipe").
     """
     for width, lr in ((128, 3e-4), (256, 2e-4), (512, 1e-4), (768, 5e-5)):
         if hidden_size <= width:

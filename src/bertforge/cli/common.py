@@ -18,7 +18,7 @@ REPORT_TO = dict(nargs="+", choices=REPORTERS, metavar="TRACKER",
 INFERENCE_PRECISION = dict(
     choices=["fp32", "bf16", "int8"], default="fp32",
     help="bf16: the matrix products in bf16 (fast where the CPU or GPU has it; outputs within ~1e-2 of fp32's); "
-         "int8: the linear layers quantized, CPU only (see the README's speed section for its speed and accuracy)")
+         "int8: the linear layers quantized, CPU only (docs/speed.md has its speed and accuracy)")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -17,7 +17,7 @@ class GPTConfig(HFConfig):
 
     `model_type` "gpt2" is the same decoder with GPT-2's layer order (Radford et al., 2019): the
     LayerNorm before each sublayer and one after the last block (`pre_norm`), which leaves the
-    unigram plateau of a CPU's few hundred steps sooner than GPT-1's (README: "GPT-1's layer order").
+    unigram plateau of a CPU's few hundred steps sooner than GPT-1's (docs/gpt.md: "GPT-1's layer order").
     It is saved as HF's `GPT2Config`, whose only other difference is a key's name
     (`activation_function`).
 

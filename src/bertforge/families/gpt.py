@@ -13,7 +13,7 @@ FAMILY = Family(
     # paper's recipe is Radford et al.'s: 2.5e-4, cosine, GPT-1's order. Rotary positions (GPT-2's
     # order, saved as GPT-NeoX) are the small-budget default, as they are for BERT: 3 minutes on
     # five novels give an unseen novel perplexity 200 against 238 with the learned table
-    # (benchmarks/gpt_positions.py; README "Rotary positions for GPT").
+    # (benchmarks/gpt_positions.py; docs/gpt.md "Rotary positions for GPT").
     objectives=(Objective("gpt", "openai-gpt", ("lm",), "bertforge.models.objectives:causal_lm", masks=False,
                           mask_prob=0.0, schedule="one-cycle", layer_norm="pre", continues=GPT_TYPES,
                           positions=("absolute", "rotary"), rotary=True,

@@ -105,7 +105,7 @@ def texts_of(body: dict, limits: Limits) -> tuple[list[str], bool]:
 
 
 def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0, limits: Limits = Limits()) -> Starlette:
-    """The service for `engine`: see the module docstring and the README's "Serve" section."""
+    """The service for `engine`: see the module docstring and docs/serving.md."""
     service = Service(engine, max_batch, max_wait_ms, limits)
     routes = [Route("/", page), Route("/health", health), Route("/info", service.info)]
     for name, handler in (("fill-mask", service.fill_mask), ("embed", service.embed), ("predict", service.predict),
