@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
@@ -84,8 +85,6 @@ def provenance_line(p: dict) -> str:
 def save_table(path: str, table: str) -> None:
     """`table` under its provenance line (this process's command, commit, date and machine), written
     to `path` and printed: a table is never separated from where it came from."""
-    import sys
-
     text = f"{provenance_line(provenance(sys.argv))}\n\n{table}\n"
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)

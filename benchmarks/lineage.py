@@ -181,12 +181,7 @@ def pretrain_cove(corpus: str, work: str, minutes: float) -> dict:
         wall += run([*BERTFORGE, "train-translation", *COVE_TRANSLATION, "--word-vectors", vectors,
                      "--train", os.path.join(prefix, "train"), "--valid", os.path.join(prefix, "val"),
                      "--out", run_dir, "--max-minutes", str(minutes)])
-    logged = records(run_dir)
-    train = [r for r in logged if "loss" in r]
-    return {"steps": train[-1]["step"], "pretrain_minutes": round(train[-1]["elapsed_s"] / 60, 1),
-            "tokens_per_s": round(float(np.mean([r["tokens_per_s"] for r in train[1:]]))),
-            "held_out": [r for r in logged if r.get("eval")][-1]["eval"], "parameters": parameters(run_dir),
-            "model_type": "cove", "glove": glove, "wall_minutes": round(wall, 1)}
+    return {**figures_of(run_dir, "cove"), "glove": glove, "wall_minutes": round(wall, 1)}
 
 
 def pretrain(name: str, corpus: str, work: str, minutes: float) -> dict:

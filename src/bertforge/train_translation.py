@@ -185,7 +185,9 @@ def last_stretch(checkpoints: list[str], count: int) -> list[str]:
     steps. The paper averaged checkpoints 10 minutes apart at the end of 100k steps; the newest five
     of a short run can reach back to its first minutes (a resumed 1,500-step LSTM averaged steps
     483 and 500 in and scored 11.5 BLEU against its last checkpoint's 19.1)."""
-    steps = [int(os.path.basename(c).rsplit("-", 1)[1]) for c in checkpoints]
+    from .training.checkpoints import CHECKPOINT
+
+    steps = [int(CHECKPOINT.match(os.path.basename(c)).group(1)) for c in checkpoints]
     return [c for c, step in zip(checkpoints[-count:], steps[-count:]) if step >= 0.75 * steps[-1]]
 
 
