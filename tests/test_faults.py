@@ -560,9 +560,11 @@ def test_a_kill_at_any_rename_or_mid_write_leaves_a_run_that_resumes_exactly(tmp
     renames, saves = map(int, re.search(r"renames: (\d+), saves: (\d+)", done.stderr).groups())
     # A 4-step run renames the shards, run_config, the tokenizer's files, 4 checkpoints (each with
     # its tokenizer), 3 prunes and the model; it saves a trainer state in each checkpoint. Kills at
-    # a rename early, midway and next-to-last, and in the middle of writing the second state.
+    # a rename first (the tokenizer), early, midway and in the last three (the model, the plot, the
+    # log), and in the middle of writing the second state.
     assert renames >= 13 and saves == 4, (renames, saves)
-    points = [f"rename:{n}" for n in ((6, renames // 2, renames - 1) if not DEEP else range(1, renames + 1))]
+    chosen = (1, 6, renames // 2, renames - 2, renames - 1, renames)
+    points = [f"rename:{n}" for n in (chosen if not DEEP else range(1, renames + 1))]
     points += [f"save:{n}" for n in ((2,) if not DEEP else range(1, saves + 1))]
     left = {}
     for point in points:

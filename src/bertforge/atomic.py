@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -77,6 +78,16 @@ def remove_leftovers(path: str) -> None:
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(full)
+
+
+def remove_leftovers_in(folder: str) -> None:
+    """`remove_leftovers` for everything written atomically straight inside `folder` (a run's output
+    folder: its model, tokenizer, plot, logs), whatever its name."""
+    if os.path.isdir(folder):
+        names = {re.split(r"\.(?:tmp|old)-", other)[0] for other in os.listdir(folder)
+                 if ".tmp-" in other or ".old-" in other}
+        for name in names:
+            remove_leftovers(os.path.join(folder, name))
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_file, remove_leftovers
+from ..atomic import atomic_file, remove_leftovers_in
 from ..card import write_card
 from ..checks import check
 from ..data.batches import Position
@@ -233,7 +233,7 @@ def _start(model, data, o: TrainOptions, tokenizer, evaluator, resume: bool, run
         raise BertforgeError(f"{o.out} already holds checkpoints: pass --resume to continue, or choose another --out")
     if rank == 0:
         remove_incomplete(checkpoints)
-        remove_leftovers(os.path.join(o.out, "model"))
+        remove_leftovers_in(o.out)  # what a kill mid-write left: model, tokenizer, plot, logs
     run.autocast = precision_autocast(precision, device)
     _log(rank == 0 and o.progress, header(model, run_config or {}, o, device, precision, world))
     # An objective may weigh its terms (ELECTRA: 50 x the discriminator's); terms are logged unweighted.
