@@ -18,6 +18,7 @@ pieces; first seed only, ~5 minutes per ULMFiT run).
     python benchmarks/lineage.py [--minutes 10] [--seeds 0 1] [--out runs/bench-lineage]
                                  [--models bert ulmfit ulmfit-bwd elmo gpt cove]
                                  [--tasks sst2 conll questions authors] [--starts pretrained random]
+                                 [--pretrain-only]
 
 ULMFiT's budget covers stages 1 and 2: general-domain pretraining for 80% of the minutes, then the LM
 fine-tuned on the SST-2 training sentences for the rest (the target-task text its paper uses). Its
@@ -293,6 +294,8 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--starts", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"])
+    parser.add_argument("--pretrain-only", action="store_true",
+                        help="pretrain the models and stop: fine-tune them with a later call")
     args = parser.parse_args()
     corpus, work = workspace(args.out)
     subsets(work)
@@ -309,6 +312,8 @@ def main() -> None:
         if f"{name} pretraining" not in results:
             results[f"{name} pretraining"] = pretrain(name, corpus, work, args.minutes)
             keep()
+        if args.pretrain_only:
+            continue
         final = os.path.join(work, name + "-sst2" if name.startswith("ulmfit") else name, "model")
         for seed in args.seeds:
             for variant, flags, tasks, starts in VARIANTS[name]:

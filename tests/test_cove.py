@@ -240,3 +240,84 @@ def test_a_task_network_fine_tunes_over_each_feature_set(copy_run, tmp_path):
     bad = cli("finetune", "--task", "sst2", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
               "--model", model, "--out", str(tmp_path / "bad"), "--features", "elmo")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def test_fine_tuning_reads_each_sentence_through_the_mt_lstm_once():
+    """The frozen MT-LSTM gives a sentence the same states every epoch: once fine-tuning asks, each
+    sentence is read once, in any company and padding, with the states a direct read gives; past the
+    byte budget sentences are read again rather than kept."""
+    from bertforge.tasks.cove_features import BiattentiveClassifier
+    from bertforge.tasks.frozen_outputs import FrozenOutputs
+
+    torch.manual_seed(0)
+    config = CoveConfig(**PRESETS["cove-tiny"], source_vocab_size=20, vocab_size=30, word_dim=8, id2label={0: "no", 1: "yes"})
+    model = BiattentiveClassifier(config).eval()
+    sentences = [[3, 4, 5], [6], [7, 8, 9, 10], [11, 12]]
+
+    def batch(rows):
+        ids = torch.zeros(len(rows), max(len(sentences[r]) for r in rows), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):
+            ids[i, :len(sentences[r])], mask[i, :len(sentences[r])] = torch.tensor(sentences[r]), 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+    calls = []
+    model.backbone.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    direct = [model.inputs(batch(rows))[0] for rows in ([0, 1, 2], [2, 3, 0])]
+    model.keep_frozen_outputs()
+    calls.clear()
+    kept = [model.inputs(batch(rows))[0] for rows in ([0, 1, 2], [2, 3, 0], [3, 1])]
+    assert calls == [3, 1]  # the second batch reads only sentence 3; the third nothing
+    for fresh, again in zip(direct, kept):
+        assert (fresh - again).abs().max() < 1e-6
+    assert kept[1][1, 2:, 8:].abs().sum() == 0  # CoVe stays zero at padding (after GloVe's 8)
+    model.kept = FrozenOutputs(budget=0)
+    calls.clear()
+    for _ in range(2):
+        assert (model.inputs(batch([0, 1, 2]))[0] - direct[0]).abs().max() < 1e-6
+    assert calls == [3, 3]
+    assert not any("kept" in k for k in model.state_dict())
+
+
+def test_the_bcn_reads_sentence_pairs(copy_run, tmp_path):
+    """Whether two texts share a word, balanced (chance 0.5): neither text alone tells, the BCN's
+    attention of each text over the other does. The MT-LSTM reads each text on its own, so a pair's
+    features are each text's own; the fine-tuned model evaluates from its directory."""
+    import json
+
+    from bertforge.load import load_finetuned
+    from bertforge.tasks.cove_features import split_pair
+
+    out, _, _ = copy_run
+    rng = np.random.default_rng(1)
+
+    def example(share: bool):
+        while True:
+            a, b = list(rng.choice(WORDS, 3, replace=False)), list(rng.choice(WORDS, 3, replace=False))
+            if bool(set(a) & set(b)) == share:
+                return " ".join(a), " ".join(b)
+
+    for name, n in (("train", 400), ("dev", 60)):
+        rows = ["first\tsecond\tlabel"] + ["\t".join([*example(k % 2 == 1), str(k % 2)]) for k in range(n)]
+        (tmp_path / f"{name}.tsv").write_text("\n".join(rows) + "\n")
+    done = cli("finetune", "--task", "classification", "--text-column", "first", "--pair-column", "second",
+               "--label-column", "label", "--train", str(tmp_path / "train.tsv"), "--dev", str(tmp_path / "dev.tsv"),
+               "--model", os.path.join(out, "model"), "--out", str(tmp_path / "pairs"), "--epochs", "10",
+               "--batch-size", "16", "--lr", "3e-3", "--precision", "fp32", "--quiet")
+    assert done.returncode == 0, done.stderr
+    saved = str(tmp_path / "pairs" / "model")
+    assert json.loads(open(os.path.join(saved, "eval_results.json")).read())["accuracy"] >= 0.85
+    evaluated = cli("evaluate", "--model", saved, "--data", str(tmp_path / "dev.tsv"))
+    assert evaluated.returncode == 0 and json.loads(evaluated.stdout)["accuracy"] >= 0.85, evaluated.stderr
+
+    model, task, tokenizer = load_finetuned(saved)
+    assert model.pairs and task.pair_column == "second"
+    both = tokenizer.encode_batch(["red dog", "cat"], ["blue bird fish", "jumps"])
+    assert both[0].token_type_ids == [0, 0, 0, 1, 1, 1, 1]  # each text ends in </s>
+    ids = torch.tensor([both[0].ids, both[1].ids + [0] * 3])
+    types = torch.tensor([both[0].token_type_ids, both[1].token_type_ids + [0] * 3])
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3]).bool()
+    (first, first_mask), (second, second_mask) = split_pair(ids, mask, types)
+    alone = [tokenizer.encode_batch([t])[0].ids for t in ("red dog", "cat", "blue bird fish", "jumps")]
+    assert first[0, :3].tolist() == alone[0] and first[1, :2].tolist() == alone[1] and not first_mask[1, 2:].any()
+    assert second[0].tolist() == alone[2] and second[1, :2].tolist() == alone[3] and second_mask.sum(1).tolist() == [4, 2]

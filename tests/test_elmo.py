@@ -294,7 +294,7 @@ def test_the_frozen_bilm_runs_once_per_sentence_and_its_kept_layers_are_its_own(
     model.lm_layers(batch([0, 1]))
     assert calls == [2, 2]  # nothing kept unless fine-tuning asks (inference serves any number of texts)
     calls.clear()
-    model.keep_lm_layers()
+    model.keep_frozen_outputs()
     first = model.lm_layers(batch([0, 1, 2]))
     again = model.lm_layers(batch([2, 3, 0]))  # other company, other padding: only sentence 3 is new
     assert calls == [3, 1]

@@ -157,8 +157,8 @@ def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, tr
         resolve(family.checkpoint + ":load_backbone")(net, model)
     else:
         load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
-    if hasattr(net, "keep_lm_layers"):  # ELMo's frozen biLM: read each sentence once, not once per epoch
-        net.keep_lm_layers()
+    if hasattr(net, "keep_frozen_outputs"):  # ELMo's biLM, CoVe's MT-LSTM: read each sentence once, not once per epoch
+        net.keep_frozen_outputs()
     if task.crf:  # ... and a CRF from the training data's tag bigrams (see CRF.init_from_paths)
         net.crf.init_from_paths(task.word_paths(train_features))
     pad_id = tokenizer.pad_id

@@ -162,7 +162,11 @@ def _vocabulary(folder: str, files: list[str], o: GloveOptions, layout: str, pro
 
 def glove_cost(w, c, bw, bc, i, j, x, x_max: float, alpha: float):
     """Per entry: (the weighted difference f(x) * diff, the cost 0.5 * f(x) * diff^2)."""
-    diff = (w[i] * c[j]).sum(1) + bw[i] + bc[j] - torch.log(x)  # (N,)
+    return _cost(w[i], c[j], bw[i], bc[j], x, x_max, alpha)
+
+
+def _cost(wi, cj, bwi, bcj, x, x_max: float, alpha: float):
+    diff = torch.linalg.vecdot(wi, cj) + bwi + bcj - torch.log(x)  # (N,)
     weighted = torch.clamp(x / x_max, max=1.0).pow(alpha) * diff
     return weighted, 0.5 * weighted * diff
 
@@ -177,6 +181,9 @@ class Glove:
         self.bw = (torch.rand(vocab, generator=g) - 0.5) / dim
         self.bc = (torch.rand(vocab, generator=g) - 0.5) / dim
         self.sums = {name: torch.ones_like(getattr(self, name)) for name in ("w", "c", "bw", "bc")}
+        # Each word's summed gradient is gathered here, then its rows set back to zero: a scatter
+        # into the whole table is cheaper than sorting the batch's words (torch.unique) to compact it.
+        self.summed = {name: torch.zeros_like(getattr(self, name)) for name in ("w", "c", "bw", "bc")}
         self.epoch, self.cost = 0, None
 
     def step(self, i: torch.Tensor, j: torch.Tensor, x: torch.Tensor, lr: float, x_max: float, alpha: float):
@@ -185,17 +192,18 @@ class Glove:
         puts lr inside the sums and divides by them before adding: fine one entry at a time, but on a
         batch's summed gradients the first steps of frequent words were unbounded and 300-d vectors
         diverged.) Returns the entries' summed cost."""
-        weighted, cost = glove_cost(self.w, self.c, self.bw, self.bc, i, j, x, x_max, alpha)
-        weighted = weighted[:, None]
-        grads = {"w": (weighted * self.c[j]).clamp_(-CLIP, CLIP), "c": (weighted * self.w[i]).clamp_(-CLIP, CLIP),
-                 "bw": weighted[:, 0], "bc": weighted[:, 0]}
+        wi, cj = self.w[i], self.c[j]  # gathered once: the cost and both gradients read them
+        weighted, cost = _cost(wi, cj, self.bw[i], self.bc[j], x, x_max, alpha)
+        grads = {"w": (weighted[:, None] * cj).clamp_(-CLIP, CLIP), "c": (weighted[:, None] * wi).clamp_(-CLIP, CLIP),
+                 "bw": weighted, "bc": weighted}
         for rows, names in ((i, ("w", "bw")), (j, ("c", "bc"))):
-            unique, inverse = torch.unique(rows, return_inverse=True)
+            touched = torch.bincount(rows, minlength=len(self.w)).nonzero().squeeze(1)  # the words, sorted
             for name in names:
-                g = torch.zeros((len(unique),) + grads[name].shape[1:]).index_add_(0, inverse, grads[name])
-                table, sums = getattr(self, name), self.sums[name]
-                sums[unique] += g * g
-                table[unique] -= lr * g / sums[unique].sqrt()
+                summed = self.summed[name].index_add_(0, rows, grads[name])
+                g = summed[touched]
+                summed[touched] = 0
+                sums = self.sums[name].index_add_(0, touched, g * g)
+                getattr(self, name).index_add_(0, touched, g.div_(sums[touched].sqrt_()), alpha=-lr)
         return cost.sum()
 
     def vectors(self) -> np.ndarray:

@@ -58,10 +58,20 @@ class CoveTokenizer:
 
     def encode_batch(self, texts: list[str], pairs: list[str] | None = None,
                      max_length: int | None = None) -> list[WordEncoding]:
-        """A task's inputs, read as translation read sources: the words, then `</s>`."""
-        if pairs is not None:
-            raise BertforgeError("CoVe's task models read one text per example, not pairs")
-        return [self._encoding(self.source_words(t), max_length) for t in texts]
+        """A task's inputs, read as translation read sources: the words, then `</s>`. With `pairs`,
+        each text then its pair (each cut to `max_length`), the pair's positions marked segment 1:
+        the task model splits them and the MT-LSTM reads each on its own."""
+        encodings = [self._encoding(self.source_words(t), max_length) for t in texts]
+        if pairs is None:
+            return encodings
+        joined = []
+        for first, pair in zip(encodings, pairs):
+            second = self._encoding(self.source_words(pair), max_length)
+            both = WordEncoding(first.ids + second.ids, first.truncated or second.truncated, None,
+                                first.word_ids + second.word_ids, first.tokens + second.tokens)
+            both.token_type_ids = [0] * len(first.ids) + [1] * len(second.ids)
+            joined.append(both)
+        return joined
 
     def encode_words(self, sentences: list[list[str]], max_length: int | None = None) -> list[WordEncoding]:
         """Sentences already split into words (tagging), each word its own position."""

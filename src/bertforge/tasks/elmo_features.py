@@ -18,11 +18,11 @@ from ..losses import classification_losses, tagging_losses
 from ..models.elmo import ELMo
 from ..models.lstm import packed_bilstm as bilstm
 from ..models.scalar_mix import ScalarMix
+from .frozen_outputs import FrozenOutputs
 
 WORD_DIM = 100  # the task's own word vectors (GloVe's 100 in the paper's NER baseline)
 HIDDEN = 128  # each direction of the task's biLSTM
 MIX_DROPOUT = 0.5  # on the ELMo mix (the paper regularises it with dropout, 0.5 for NER)
-CACHE_BYTES = 2**30  # what fine-tuning keeps of the frozen biLM's outputs (keys included)
 
 
 class OverFrozenLM(nn.Module):
@@ -41,41 +41,20 @@ class OverFrozenLM(nn.Module):
         self.backbone.eval()  # frozen: no dropout inside the biLM either
         return self
 
-    def keep_lm_layers(self) -> None:
+    def keep_frozen_outputs(self) -> None:
         """From now on keep the frozen biLM's layers per sentence (fine-tuning turns this on, never
-        inference): the biLM is most of a step's time (85% for elmo-cpu under the task biLSTM) and,
-        frozen and without dropout, gives a sentence the same layers every epoch."""
-        self.lm_cache, self.lm_cache_bytes = {}, 0
+        inference, which serves any number of texts)."""
+        self.kept = FrozenOutputs()
 
     def lm_layers(self, batch: dict) -> list[torch.Tensor]:
         """The frozen biLM's layers for the batch, each (B, T, 2P), zeros at padding; with
-        `keep_lm_layers`, the biLM reads only the sentences it has not read before (up to CACHE_BYTES
-        kept)."""
+        `keep_frozen_outputs`, the biLM reads only the sentences it has not read before."""
         chars, mask = batch["input_chars"], batch["attention_mask"].bool()
-        cache = self.__dict__.get("lm_cache")
-        if cache is None:
+        kept = self.__dict__.get("kept")  # a plain attribute: never in the state dict
+        if kept is None:
             with torch.no_grad():
                 return self.backbone(chars, mask)
-        lengths = mask.sum(1).tolist()
-        on_host = chars.cpu().numpy()  # one copy from the device, not one per sentence
-        keys = [on_host[i, :n].tobytes() for i, n in enumerate(lengths)]
-        rows = {i: cache[k] for i, k in enumerate(keys) if k in cache}
-        new = [i for i in range(len(keys)) if i not in rows]
-        if new:
-            longest = max(lengths[i] for i in new)
-            with torch.no_grad():
-                layers = self.backbone(chars[new, :longest], mask[new, :longest])
-            for j, i in enumerate(new):
-                rows[i] = [layer[j, :lengths[i]] for layer in layers]
-                size = len(keys[i]) + sum(r.numel() * r.element_size() for r in rows[i])
-                if self.lm_cache_bytes + size <= CACHE_BYTES:
-                    cache[keys[i]] = [r.clone() for r in rows[i]]  # not a view that holds the whole batch
-                    self.lm_cache_bytes += size
-        out = [chars.new_zeros((*mask.shape, r.shape[-1]), dtype=r.dtype) for r in rows[0]]
-        for i, layers in rows.items():
-            for layer, row in zip(out, layers):
-                layer[i, :lengths[i]] = row
-        return out
+        return kept(chars, mask, self.backbone)
 
 
 class ELMoTaskModel(OverFrozenLM):
