@@ -374,6 +374,21 @@ def held_out(pre: dict) -> str:
     return text
 
 
+LABELS = {  # row: (what its pretrained start is, what its random start is)
+    "bert": ("BERT (bert-tiny, rotary; the small-budget recipe)", "BERT, never pretrained"),
+    "ulmfit": ("ULMFiT (awd-lstm-small), the paper's recipe", "ULMFiT's recipe, never pretrained"),
+    "ulmfit/flat": ("ULMFiT, every layer at 3e-3", "ULMFiT at 3e-3, never pretrained"),
+    "ulmfit-bwd/flat": ("ULMFiT backward, every layer at 3e-3", "ULMFiT backward, never pretrained"),
+    "ulmfit-ensemble/flat": ("ULMFiT forward + backward ensemble", "the ensemble, never pretrained"),
+    "elmo": ("ELMo (elmo-cpu) + task biLSTM", "a random biLM + task biLSTM"),
+    "elmo/taglm": ("TagLM over the ELMo biLM", "TagLM over a random biLM"),
+    "elmo/taglm-baseline": ("TagLM's tagger without the LM", "-"),
+    "gpt": ("GPT-1 (bert-tiny size, rotary, GPT-2's order)", "GPT-1, never pretrained"),
+    "cove": ("CoVe: [GloVe; MT-LSTM] into the BCN", "a fresh MT-LSTM over the same GloVe"),
+    "cove/glove": ("GloVe alone into the BCN", "GloVe's words, random vectors"),
+}
+
+
 def summary(results: dict, tasks: list[str]) -> str:
     header = {"sst2": "SST-2 acc", "conll": "CoNLL F1", "questions": "question type acc", "authors": "authors acc"}
     lines = ["| model | start | parameters | tokens/s | steps | held-out | "
@@ -397,10 +412,11 @@ def summary(results: dict, tasks: list[str]) -> str:
                 size = f"{pre['parameters'] / 1e6:.1f}M"
             if first:
                 described.add(name)
-                speed, steps, loss = f"{pre['tokens_per_s']:,}", str(pre["steps"]), held_out(pre)
+                speed, steps, loss = f"{pre['tokens_per_s']:,}", f"{pre['steps']:,}", held_out(pre)
             if row.startswith("ulmfit-ensemble"):
                 size = f"2 x {size}"
-            lines.append(f"| {row} | {start} | {size} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
+            label = LABELS[row][start == "random"]
+            lines.append(f"| {label} | {start} | {size} | {speed} | {steps} | {loss} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
