@@ -6,8 +6,9 @@ Classification: a compact biattentive classification network (BCN, the paper's s
 feed-forward layer, a biLSTM encoder, biattention of the two inputs (a sentence pair's two texts,
 each read by the MT-LSTM on its own; for one text, the paper's second input is the same text), an
 integrating biLSTM over [X; X - C; X * C], then max, min, mean and self-attentive pooling of each,
-and a two-layer classifier (the paper's batch-normalised maxout network, made compact). Tagging: a biLSTM over the features and a tag
-per word. Saved in CoVe's layout, the encoder included, so that a fine-tuned model stands alone.
+and a two-layer classifier (the paper's batch-normalised maxout network, made compact). Tagging: a
+biLSTM over the features and a tag per word. Saved in CoVe's layout, the encoder included, so that
+a fine-tuned model stands alone.
 """
 
 from __future__ import annotations
