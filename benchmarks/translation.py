@@ -302,6 +302,8 @@ def quality(args, size: dict) -> dict:
         # the average a last stretch.
         ours.update(arch="lstm", word_vectors=os.path.abspath(args.word_vectors),
                     preset="cove-tiny" if args.quick else "cove", save_every=250)
+    if args.dropout is not None:
+        ours["overrides"] = {"dropout": args.dropout}
     if args.quick:
         ours.update(bleu_sentences=50, warmup=100)
     lr, warmup = SCHEDULES["transformer"]
@@ -616,6 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--arch", choices=["transformer", "lstm"], default="transformer",
                    help="ours' model: the Transformer, or CoVe's LSTM (with --word-vectors and --no-peer)")
     q.add_argument("--word-vectors", help="--arch lstm: the fixed source word vectors (bertforge word-vectors)")
+    q.add_argument("--dropout", type=float, help="ours' dropout (default: the preset's)")
     s = commands.add_parser("speed", help="training steps and decoding, ours against transformers and CTranslate2")
     s.add_argument("--model", help="the weights to decode with (default: trained here first, --train-minutes)")
     s.add_argument("--train-minutes", type=float, default=5.0, help="how long to train them when no --model")

@@ -5,6 +5,7 @@ decoding give `generate`'s translations; bad input is one line naming the file a
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -87,9 +88,10 @@ def test_copy_is_learned_from_the_command_line(tmp_path):
     cmd = [sys.executable, "-m", "bertforge", "train-translation", "--source-lang", "src", "--target-lang", "tgt",
            "--train", train, "--valid", valid, "--out", str(out), "--preset", "mt-tiny", "--vocab-size", "120",
            "--max-tokens", "800", "--steps", "600", "--lr", "3e-3", "--warmup", "50", "--eval-every", "600",
-           "--average", "1", "--precision", "fp32"]
+           "--average", "1", "--precision", "fp32", "--dropout", "0.05"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "model" / "config.json").read_text())["dropout"] == 0.05  # mt-tiny's is 0.1
     result = subprocess.run([sys.executable, "-m", "bertforge", "translate", str(out), "--input", valid + ".src",
                              "--reference", valid + ".tgt", "--beam", "3"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr

@@ -45,6 +45,8 @@ def _add_train(commands) -> None:
     p.add_argument("--warmup", type=int, help="warm-up steps of the inverse-square-root schedule (default: 1,000 for "
                                               "the Transformer, 200 for --arch lstm)")
     p.add_argument("--label-smoothing", type=float, default=0.1, help="of the cross-entropy")
+    p.add_argument("--dropout", type=float,
+                   help="dropout of the model (default: the preset's: 0.1 to 0.3 for the Transformer, 0.2 for the lstm)")
     p.add_argument("--eval-every", type=int, default=500, help="steps between validation loss and BLEU")
     p.add_argument("--bleu-sentences", type=int, default=500, help="validation sentences translated for BLEU")
     p.add_argument("--average", type=int, default=5, help="the model is the mean of the last N checkpoints")
@@ -92,6 +94,7 @@ def run_train(args) -> None:
         average=args.average, precision=args.precision, seed=args.seed, resume=args.resume,
         report_to=tuple(args.report_to or ()), arch=args.arch, word_vectors=args.word_vectors,
         overrides={**({"normalize_before": True} if args.pre_ln else {}),
+                   **({"dropout": args.dropout} if args.dropout is not None else {}),
                    **({"tie_word_embeddings": False} if args.untie_output else {})})
     print(f"{summary['status']} at step {summary['step']}; validation: {summary['eval']}")
 
