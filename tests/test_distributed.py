@@ -5,17 +5,17 @@ its machine (LOCAL_RANK) picks its GPU. Decided without a process group or a GPU
 import pytest
 import torch
 
-from bertforge.training import trainer
+from bertforge.training import distributed
 
 
 @pytest.fixture
 def fake_group(monkeypatch):
     """torch.distributed and torch.cuda replaced by recorders; returns what they were asked."""
     calls = {}
-    monkeypatch.setattr(trainer.dist, "is_initialized", lambda: "backend" in calls)
-    monkeypatch.setattr(trainer.dist, "init_process_group",
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: "backend" in calls)
+    monkeypatch.setattr(distributed.dist, "init_process_group",
                         lambda backend, timeout=None: calls.update(backend=backend))
-    monkeypatch.setattr(trainer.dist, "get_rank", lambda: int(calls["env"]["RANK"]))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: int(calls["env"]["RANK"]))
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.update(cuda=device))
 
     def launch(gpus: bool, **env):
@@ -26,7 +26,7 @@ def fake_group(monkeypatch):
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus)
-        return trainer.distributed_setup(), calls
+        return distributed.distributed_setup(), calls
 
     return launch
 

@@ -11,7 +11,8 @@ from bertforge.pretrain import pretrain
 from bertforge.config import default_preset
 from bertforge.config import preset
 from bertforge.recipe import finetuning_lr, pretraining_plan, pretraining_recipe, vocabulary_size
-from bertforge.training.trainer import TrainOptions, _replan
+from bertforge.training.budget import replan
+from bertforge.training.trainer import TrainOptions
 
 
 def test_settings_come_in_layers_each_remembering_its_source():
@@ -76,13 +77,13 @@ def test_sizes_and_vocabularies_follow_the_budget_and_corpus():
 def test_a_minutes_budget_is_planned_again_from_the_real_pace():
     options = TrainOptions(out="unused", max_minutes=1.0, eval_every=0)
     # 20 steps took 10 s: 50 s remain at 0.5 s a step
-    assert _replan(20, 0.5, 10.0, options, torch.device("cpu"), 1) == 120
+    assert replan(20, 0.5, 10.0, options, torch.device("cpu"), 1) == 120
     # evaluation time is planned for: 20 batches every 100 steps cost about 20/300 of the steps
     options = TrainOptions(out="unused", max_minutes=1.0, eval_every=100, eval_batches=20)
-    assert _replan(20, 0.5, 10.0, options, torch.device("cpu"), 1) == 20 + int(50 / (0.5 * (1 + 20 / 300)))
+    assert replan(20, 0.5, 10.0, options, torch.device("cpu"), 1) == 20 + int(50 / (0.5 * (1 + 20 / 300)))
     # a steps budget caps it, and a run out of time still takes one more step
-    assert _replan(20, 0.5, 10.0, TrainOptions(out="u", max_minutes=1.0, steps=50), torch.device("cpu"), 1) == 50
-    assert _replan(20, 0.5, 70.0, TrainOptions(out="u", max_minutes=1.0), torch.device("cpu"), 1) == 21
+    assert replan(20, 0.5, 10.0, TrainOptions(out="u", max_minutes=1.0, steps=50), torch.device("cpu"), 1) == 50
+    assert replan(20, 0.5, 70.0, TrainOptions(out="u", max_minutes=1.0), torch.device("cpu"), 1) == 21
 
 
 def test_rotary_positions_need_a_family_that_has_them(tmp_path):

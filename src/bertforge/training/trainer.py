@@ -4,13 +4,13 @@ rate is a pure function of the step.
 What it does each step: draw `accum` micro-batches, divide each loss term by its count summed over
 the whole step (and over processes), backpropagate, clip, update. Around that: progress, a JSONL
 log, periodic held-out evaluation, atomic checkpoints with everything needed to resume exactly,
-budgets in steps and minutes, Ctrl-C that saves first, and a stop on a non-finite loss.
+budgets in steps and minutes (budget.py), Ctrl-C that saves first, and a stop on a non-finite
+loss (nonfinite.py); several processes through distributed.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import signal
@@ -26,14 +26,17 @@ from ..atomic import atomic_file, remove_leftovers_in
 from ..card import write_card
 from ..checks import check
 from ..data.batches import Position
-from ..errors import BertforgeError, TrainingStopped
+from ..errors import BertforgeError
 from ..formats.hf import check_vocab_fits
 from ..metrics import format_scores
 from ..progress import progress
 from .allocator import reuse_freed_memory
+from .budget import REPLAN_STEPS, estimate_steps, replan, warmup_steps
 from .checkpoints import latest_checkpoint, remove_incomplete, restore_checkpoint, save_checkpoint, write_model
 from .device import autocast as precision_autocast
 from .device import choose_precision
+from .distributed import all_sum, device_sum, distributed_setup, host_group, host_sum
+from .nonfinite import NonFinite, poison_gradients, update
 from .optim import SCHEDULES, layer_groups, lr_at, make_optimizer
 from .run_log import append_record, plot_metrics, truncate_metrics, versions
 from .tracking import check_reporters, open_reporters
@@ -133,7 +136,7 @@ class _Run:
     replan_at: int | None = None
     reporter: object = None
     bar: object = None
-    faults: _NonFinite | None = None
+    faults: NonFinite | None = None
     host_group: object = None
     start: float = 0.0  # the clock's reading at elapsed 0
     window_start: float = 0.0
@@ -161,7 +164,7 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
     # Nothing in a step waits for the device: losses, gradient norms and the non-finite check stay
     # device tensors, read on the host only at log, evaluation and checkpoint steps and at the end
     # (on a GPU each read stalls the queue of kernels until it drains).
-    run.faults, run.host_group = _NonFinite(run.device), _host_group(run.world)
+    run.faults, run.host_group = NonFinite(run.device), host_group(run.world)
     with stop:
         while run.step < run.total_steps:
             reason = _stop_reason(run, stop.requested)
@@ -169,7 +172,7 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
                 run.status = reason
                 break
             next_position, micro = next(batches)
-            totals = _host_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, run.host_group)
+            totals = host_sum({k: sum(b["counts"][k] for b in micro) for k in micro[0]["counts"]}, run.host_group)
             lr = _set_learning_rates(run)
             step_sums, step_loss = _forward_backward(run, micro, totals)
             _apply_gradients(run, step_loss)
@@ -286,7 +289,8 @@ def _write(run: _Run, record: dict) -> None:
 def _plan(run: _Run) -> None:
     """The number of steps (from the time budget when no number was given) and of warm-up steps."""
     if run.total_steps is None:
-        run.total_steps = run.step + _estimate_steps(run.net, run.data, run.autocast, run.device, run.o, run.world)
+        first = _to(next(run.data.batches(Position()))[1][0], run.device)
+        run.total_steps = run.step + estimate_steps(run.net, first, run.autocast, run.o, run.device, run.world)
         _log(run.rank == 0, f"time budget of {run.o.max_minutes} min: planning {run.total_steps} steps")
         # A few timed passes misjudge the pace by up to a third (a cold allocator, a short first
         # batch), and the pace drifts (a 30-minute run slowed by 13% after its first 20 steps), so
@@ -294,20 +298,15 @@ def _plan(run: _Run) -> None:
         # are less than half of it.
         # (not after a resume: the pace is measured from step 0 of this process)
         run.replan_at = REPLAN_STEPS if run.step == 0 and run.total_steps > 2 * REPLAN_STEPS else None
-    run.warmup = _warmup_steps(run.o, run.total_steps)
-
-
-def _warmup_steps(o: TrainOptions, total_steps: int) -> int:
-    """`warmup` as a number of steps: a fraction of them below 1."""
-    return int(o.warmup * total_steps) if o.warmup < 1 else int(o.warmup)
+    run.warmup = warmup_steps(run.o, run.total_steps)
 
 
 def _replan_budget(run: _Run) -> None:
     """The number of steps planned again from the measured pace of the steps so far (see `_plan`)."""
     step = run.step
     step_seconds = (time.perf_counter() - run.loop_start - run.paused_seconds) / step
-    run.total_steps = _replan(step, step_seconds, time.perf_counter() - run.start, run.o, run.device, run.world)
-    run.warmup = _warmup_steps(run.o, run.total_steps)
+    run.total_steps = replan(step, step_seconds, time.perf_counter() - run.start, run.o, run.device, run.world)
+    run.warmup = warmup_steps(run.o, run.total_steps)
     run.bar.total = run.total_steps
     _log(run.rank == 0, f"at the measured pace ({step_seconds:.3f} s/step): {run.total_steps} steps")
     run.replan_at = 2 * step if 4 * step < run.total_steps else None
@@ -318,7 +317,7 @@ def _stop_reason(run: _Run, interrupted: bool) -> str | None:
     o = run.o
     out_of_time = bool(o.max_minutes) and time.perf_counter() - run.start >= o.max_minutes * 60
     # Every process must stop at the same step, or their collectives would pair up wrongly.
-    verdict = _host_sum({"time": int(out_of_time), "interrupt": int(interrupted)}, run.host_group)
+    verdict = host_sum({"time": int(out_of_time), "interrupt": int(interrupted)}, run.host_group)
     if verdict["interrupt"]:
         return "interrupted"
     if verdict["time"]:
@@ -350,7 +349,7 @@ def _forward_backward(run: _Run, micro: list[dict], totals: dict) -> tuple[dict,
             step_sums[f"{k}_loss"] = step_sums.get(f"{k}_loss", 0.0) + losses[k].detach().float()
         for k in correct:
             step_sums[f"{k}_correct"] = step_sums.get(f"{k}_correct", 0.0) + correct[k].detach().float()
-    step_sums = _device_sum(step_sums)
+    step_sums = device_sum(step_sums)
     step_loss = sum(run.weights.get(k, 1.0) * step_sums[f"{k}_loss"] / max(totals[k], 1) for k in totals)
     return step_sums, torch.as_tensor(step_loss, dtype=torch.float32, device=run.device)
 
@@ -364,14 +363,14 @@ def _apply_gradients(run: _Run, step_loss: torch.Tensor) -> None:
             for p in group["params"]:
                 p.grad = None
     if scaler.is_enabled():  # fp16: the scaler skips a step whose gradients overflowed; make it
-        _poison_gradients(optimizer, faults.seen | ~torch.isfinite(step_loss))  # skip a bad loss's too
+        poison_gradients(optimizer, faults.seen | ~torch.isfinite(step_loss))  # skip a bad loss's too
     scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.o.clip or float("inf"))
     # A non-finite loss, or without the scaler non-finite gradients (a bf16 overflow in the
     # backward pass), stops the run: from that step on no update is applied (on the device,
     # without a wait), and the next log, evaluation or checkpoint step raises TrainingStopped.
     faults.record(run.step + 1, step_loss, None if scaler.is_enabled() else grad_norm)
-    _update(optimizer, scaler, faults.seen)
+    update(optimizer, scaler, faults.seen)
     optimizer.zero_grad(set_to_none=True)
 
 
@@ -472,7 +471,7 @@ def evaluate(net, data, max_batches: int, autocast, device) -> dict:
     net.train(was_training)
     if not totals:
         return {}
-    sums, totals = _all_sum(sums, device), _all_sum(totals, device)
+    sums, totals = all_sum(sums, device), all_sum(totals, device)
     return _averages((sums, totals), getattr(getattr(net, "module", net), "loss_weights", {}))
 
 
@@ -505,148 +504,6 @@ def _to(batch: dict, device) -> dict:
             for k, v in batch.items()}
 
 
-def _all_sum(values: dict, device) -> dict:
-    """Sum each value over processes (numbers come back as Python numbers)."""
-    if not (dist.is_available() and dist.is_initialized()) or not values:
-        return {k: float(v) if isinstance(v, torch.Tensor) else v for k, v in values.items()}
-    keys = sorted(values)
-    packed = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
-    dist.all_reduce(packed)
-    return {k: (int(v) if isinstance(values[k], int) else v) for k, v in zip(keys, packed.tolist())}
-
-
-def _host_group(world: int):
-    """The process group for host numbers (the stop verdict, the step's counts): a CPU (gloo) one, so
-    that summing them over processes never waits for a GPU's queue; None for a single process."""
-    if world == 1:
-        return None
-    return dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
-
-
-def _host_sum(values: dict, group) -> dict:
-    """Sum integers over the processes of `group` (None: one process, nothing to do)."""
-    if group is None or not values:
-        return values
-    keys = sorted(values)
-    packed = torch.tensor([values[k] for k in keys], dtype=torch.int64)
-    dist.all_reduce(packed, group=group)
-    return dict(zip(keys, packed.tolist()))
-
-
-def _device_sum(values: dict) -> dict:
-    """Sum device tensors over processes, on the device (they stay tensors: nothing waits)."""
-    if not (dist.is_available() and dist.is_initialized()) or not values:
-        return values
-    keys = sorted(values)
-    packed = torch.stack([torch.as_tensor(values[k]).float() for k in keys])
-    dist.all_reduce(packed)
-    return dict(zip(keys, packed.unbind()))
-
-
-class _NonFinite:
-    """The first step whose loss (or, without the fp16 gradient scaler, whose gradients) was not
-    finite, kept on the device, so that watching every step costs no wait; `check` reads it."""
-
-    def __init__(self, device):
-        self.at = torch.zeros((), dtype=torch.int64, device=device)  # that step; 0 while all is well
-        self.loss = torch.zeros((), dtype=torch.float32, device=device)  # its loss
-        self.gradients = torch.zeros((), dtype=torch.bool, device=device)  # its gradients, the loss being finite
-
-    @property
-    def seen(self) -> torch.Tensor:
-        return self.at > 0
-
-    def record(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor | None = None) -> None:
-        loss_ok = torch.isfinite(loss)
-        bad = ~loss_ok if grad_norm is None else ~(loss_ok & torch.isfinite(grad_norm))
-        first = bad & (self.at == 0)
-        self.at = torch.where(first, step, self.at)
-        self.loss = torch.where(first, loss, self.loss)
-        self.gradients = torch.where(first, loss_ok, self.gradients)
-
-    def check(self, step: int, out: str) -> None:
-        """Raise TrainingStopped if a step up to `step` went wrong: the one read of the interval."""
-        at = int(self.at)
-        if not at:
-            return
-        what = "the gradients became non-finite" if bool(self.gradients) else f"the loss became {float(self.loss)}"
-        latest = latest_checkpoint(out)
-        raise TrainingStopped(
-            f"{what} at step {at}; stopped without updating the weights"
-            + (f" from that step on (seen at step {step}: it is checked at log, evaluation and checkpoint steps)"
-               if at != step else "") + ". "
-            + (f"The last good checkpoint is {latest}. " if latest else "No checkpoint was written yet. ")
-            + "Lower the learning rate (--lr) or use --precision fp32.")
-
-
-def _poison_gradients(optimizer, bad: torch.Tensor) -> None:
-    """Where `bad` (a device bool) holds, make one gradient element NaN, so that the fp16 gradient
-    scaler, which skips any step whose gradients are not all finite, skips this one; on the device."""
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None and p.grad.is_contiguous() and p.grad.numel():
-                first = p.grad.view(-1)[:1]
-                first.copy_(torch.where(bad, torch.full_like(first, float("nan")), first))
-                return
-
-
-def _update(optimizer, scaler, skip: torch.Tensor) -> None:
-    """optimizer.step(), unless `skip` (a device bool) holds or fp16 gradients overflowed."""
-    if scaler.is_enabled():
-        scaler.step(optimizer)  # skips the update itself when the gradients are not finite (or poisoned)
-        scaler.update()
-    elif getattr(optimizer, "_step_supports_amp_scaling", False):
-        # torch's fused AdamW (optim.make_optimizer, on CPU and CUDA) leaves the weights, its moments
-        # and its step count as they were when given a non-zero `found_inf`, decided on the device:
-        # the contract GradScaler uses with it. No wait for the device.
-        optimizer.found_inf = skip.float()
-        try:
-            optimizer.step()
-        finally:
-            del optimizer.found_inf
-    elif not skip.item():  # other optimizers (foreach AdamW off CPU and CUDA) need this one wait a step
-        optimizer.step()
-
-
-def _estimate_steps(net, data, autocast, device, o: TrainOptions, world: int) -> int:
-    """Time a few forward+backward passes (without updating) to turn a minutes budget into steps,
-    so that the schedule stays a pure function of the step."""
-    batch = _to(next(data.batches(Position()))[1][0], device)
-    timings = []
-    for _ in range(3):
-        begin = time.perf_counter()
-        with autocast:
-            losses, _ = net(batch)
-            loss = sum(losses.values())
-        loss.backward()
-        timings.append(time.perf_counter() - begin)
-    net.zero_grad(set_to_none=True)
-    step_seconds = min(timings[1:]) * o.accum * 1.1  # the optimizer update and data add ~10%
-    eval_share = (o.eval_batches / (3 * o.eval_every)) if o.eval_every else 0.0  # a forward is ~1/3 of a step
-    steps = int(o.max_minutes * 60 / (step_seconds * (1 + eval_share)))
-    if o.steps:
-        steps = min(steps, o.steps)
-    steps = torch.tensor(max(steps, 1), device=device)
-    if world > 1:  # every process must plan the same number
-        dist.broadcast(steps, 0)
-    return int(steps)
-
-
-REPLAN_STEPS = 20
-
-
-def _replan(step: int, step_seconds: float, elapsed: float, o: TrainOptions, device, world: int) -> int:
-    """The total number of steps that fits the minutes budget at the pace of the steps so far."""
-    eval_share = (o.eval_batches / (3 * o.eval_every)) if o.eval_every else 0.0
-    steps = step + int((o.max_minutes * 60 - elapsed) / (step_seconds * (1 + eval_share)))
-    if o.steps:
-        steps = min(steps, o.steps)
-    steps = torch.tensor(max(steps, step + 1), device=device)
-    if world > 1:  # every process must plan the same number
-        dist.broadcast(steps, 0)
-    return int(steps)
-
-
 class _StopFlag:
     """Ctrl-C asks the loop to stop after the current step (then it saves); a second one aborts."""
 
@@ -668,20 +525,6 @@ class _StopFlag:
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
-
-
-def distributed_setup():
-    """(rank, world size, device). Under torchrun, joins the process group: NCCL on GPUs, gloo on CPU."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        # Generous: the other processes wait while rank 0 learns a vocabulary and builds shards.
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(hours=4))
-    rank = dist.get_rank() if world > 1 else 0
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        return rank, world, torch.device("cuda", local)
-    return rank, world, torch.device("cpu")
 
 
 def header(model, run_config: dict, o: TrainOptions, device, precision: str, world: int) -> str:
