@@ -4,6 +4,7 @@ decoding equals teacher forcing; the encoder reads and writes the released CoVe 
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -16,6 +17,7 @@ from torch import nn
 
 from bertforge import load
 from bertforge.config.cove import PRESETS, CoveConfig
+from bertforge.data.cove_vocab import describe_coverage
 from bertforge.errors import BertforgeError
 from bertforge.formats.cove import read_encoder, released_keys, write_encoder
 from bertforge.formats.word_vectors import write_vectors
@@ -70,6 +72,23 @@ def test_the_word_vectors_stay_fixed(copy_run, tmp_path):
     expected = loaded.tokenizer.vector_matrix(*_read(_vectors(tmp_path)))
     assert words[:len(WORDS)] == WORDS
     np.testing.assert_array_equal(loaded.model.encoder.vectors.weight.numpy(), expected)
+
+
+def test_a_run_says_which_source_words_have_no_vector(copy_run):
+    """Words without a vector all read one zero vector, so a run counts them (run_config.json and
+    its log): in the copy task every word has one; unknown words are counted per occurrence."""
+    out, _, _ = copy_run
+    with open(os.path.join(out, "run_config.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    sources = open(os.path.join(os.path.dirname(out), "train.src"), encoding="utf-8").read().split()
+    assert saved["vector_coverage"] == {"words": len(sources), "without_vector": 0, "different_without": 0,
+                                        "commonest_without": []}
+    assert saved["kept_pairs"] == 2000 and saved["skipped_pairs"] == 0
+    tokenizer = load(os.path.join(out, "model")).tokenizer
+    coverage = tokenizer.coverage([f"{WORDS[0]} zzz", f"zzz qqq {WORDS[1]} zzz"])
+    assert coverage == {"words": 6, "without_vector": 4, "different_without": 2, "commonest_without": ["zzz", "qqq"]}
+    assert describe_coverage(coverage) == ("33.3% of the 6 source words read have a vector; 2 different words "
+                                           "have none (the zero vector), the commonest: zzz, qqq")
 
 
 def _read(path):

@@ -17,7 +17,7 @@ import os
 import torch
 
 from .card import write_card
-from .data.cove_vocab import CoveTokenizer
+from .data.cove_vocab import CoveTokenizer, describe_coverage
 from .data.parallel import TokenBatches, TranslationTokenizer, encode_pairs, read_parallel
 from .errors import BertforgeError
 from .families import family_of, resolve
@@ -88,10 +88,14 @@ def train_translation(source_lang: str, target_lang: str, train_path: str, valid
     rank, world, _ = distributed_setup()
     tokenizer = _tokenizer(out, family, rank, world, resume, run_config,
                            lambda: _new_tokenizer(train_pairs, vocab_size, vocab_kind, vectors))
+    if vectors is not None:  # words without a vector all read the one zero vector: how many are they?
+        run_config["vector_coverage"] = tokenizer.coverage(s for s, _ in train_pairs)
     data = TokenBatches(encode_pairs(train_pairs, tokenizer), max_tokens, tokenizer.pad_id, seed=seed,
                         valid=encode_pairs(valid_pairs, tokenizer), max_length=max_length, rank=rank, world=world)
     if progress and rank == 0:
         print(f"data: {data.describe()}", flush=True)
+        if vectors is not None:
+            print(f"word vectors: {describe_coverage(run_config['vector_coverage'])}", flush=True)
     torch.manual_seed(seed)
     config = _config(family, preset, tokenizer, vectors, overrides or {})
     backbone = resolve(family.encoder)(config)
@@ -105,7 +109,7 @@ def train_translation(source_lang: str, target_lang: str, train_path: str, valid
                            keep=max(average, 2), seed=seed, progress=progress, report_to=tuple(report_to))
     evaluator = Validation(data, tokenizer, valid_pairs[:bleu_sentences])
     summary = train(model, data, options, tokenizer, {**(command_line or {}), **run_config,
-                                                      "kept_pairs": len(data), "skipped_pairs": data.skipped},
+                                                      "kept_pairs": len(data.pairs), "skipped_pairs": data.skipped},
                     resume, evaluator)
     if average > 1 and summary["status"] != "interrupted" and rank == 0:
         summary["averaged"] = average_into_model(model, tokenizer, out, average)

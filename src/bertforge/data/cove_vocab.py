@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
@@ -52,6 +53,17 @@ class CoveTokenizer:
     def encode(self, text: str) -> list[int]:
         """The source ids of `text`, ending in `</s>`."""
         return [self.index.get(w, 1) for w in self.source_words(text)] + [0]
+
+    def coverage(self, texts: Iterable[str]) -> dict:
+        """How many words of `texts` have a vector: the words read, those without one (they read the
+        zero vector of `<unk>`), how many different words those are, and the commonest ten."""
+        missing, words = Counter(), 0
+        for text in texts:
+            split = self.source_words(text)
+            words += len(split)
+            missing.update(w for w in split if w not in self.index)
+        return {"words": words, "without_vector": sum(missing.values()), "different_without": len(missing),
+                "commonest_without": [w for w, _ in missing.most_common(10)]}
 
     def encode_source_batch(self, texts: list[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
@@ -112,3 +124,13 @@ class CoveTokenizer:
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
         return cls(saved["words"], saved["lowercase"], TranslationTokenizer.from_pretrained(directory))
+
+
+def describe_coverage(coverage: dict) -> str:
+    """One line for the log from `CoveTokenizer.coverage`."""
+    share = 1 - coverage["without_vector"] / max(coverage["words"], 1)
+    line = f"{share:.1%} of the {coverage['words']:,} source words read have a vector"
+    if coverage["different_without"]:
+        line += (f"; {coverage['different_without']:,} different words have none (the zero vector), the commonest: "
+                 + ", ".join(coverage["commonest_without"]))
+    return line
