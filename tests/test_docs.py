@@ -1,20 +1,21 @@
 """Every block of the README and the docs pages runs, scaled down, so that the docs stay true.
 
 The pages are read in PAGES's order, as one long document. Their fenced `bash` blocks (continuation
-lines joined, comments dropped) run in order in a scratch folder laid out as the docs assume: tiny
-made-up data at the paths they name (`corpus/`, `SST-2/train.tsv`, `../shared/data/...`, ...), so
-that nothing here needs the real shared data. `bertforge` lines run in-process through the CLI with
-their budgets scaled down (pretraining a few steps of the tiny preset of its family, fine-tuning a
-few examples for one epoch); a few shell helpers (`cut`, `printf`, `echo` into `bertforge`) run in
-bash; `torchrun` runs its two processes for real (gloo on the CPU); `bertforge serve` starts the
-service on a free port and the `curl` lines after it ask that one. A command that needs the output
-of one shown later (the command summary names runs made in later pages) is tried again after the
-others; PREPARE makes what a command's input stands for (a published ELMo). The `python` blocks run
-after the commands, each in a fresh interpreter in the same folder. The benchmark commands quoted
-anywhere (`python benchmarks/...`, in a block or inline) are parsed by the script's own argument
-parser. What cannot run here is listed in SKIPPED with the reason, and a command that is neither
-run nor listed fails the test, so a new block cannot go unchecked. Relative links must resolve (to
-a heading, when they name one) and every fence must name its language.
+lines joined, comments dropped) run in order in a scratch folder laid out as the docs assume
+(docs_data.py): tiny made-up data at the paths they name (`corpus/`, `SST-2/train.tsv`,
+`../shared/data/...`, ...), so that nothing here needs the real shared data. `bertforge` lines run
+in-process through the CLI with their budgets scaled down (pretraining a few steps of the tiny
+preset of its family, fine-tuning a few examples for one epoch); a few shell helpers (`cut`,
+`printf`, `echo` into `bertforge`) run in bash; `torchrun` runs its two processes for real (gloo on
+the CPU); `bertforge serve` starts the service on a free port and the `curl` lines after it ask that
+one. A command that needs the output of one shown later (the command summary names runs made in
+later pages) is tried again after the others; PREPARE makes what a command's input stands for (a
+published ELMo). The `python` blocks run after the commands, each in a fresh interpreter in the same
+folder. The benchmark commands quoted anywhere (`python benchmarks/...`, in a block or inline) are
+parsed by the script's own argument parser. What cannot run here is listed in SKIPPED with the
+reason, and a command that is neither run nor listed fails the test, so a new block cannot go
+unchecked. Relative links must resolve (to a heading, when they name one) and every fence must name
+its language.
 """
 
 import glob
@@ -23,7 +24,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from docs_data import lay_out, published_elmo
 
 from bertforge.cli import main
 
@@ -64,98 +65,6 @@ OPERATORS = ("|", ">", ">>", "<", "&&", ";")
 
 # The tiny preset of each objective's family.
 TINY = {"awd-lstm": "awd-lstm-tiny", "elmo": "elmo-tiny"}
-
-WORDS = ("the king and the queen walk to the old castle by the river . a good man sings of the sea and "
-         "the long night . my lord , the ship is lost in the storm . she reads a letter from her brother").split()
-
-
-def sentence(i: int, n: int = 9) -> str:
-    return " ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(n)).capitalize()
-
-
-def prose(seed: int, paragraphs: int = 12) -> str:
-    paragraph = [" ".join(sentence(seed * 31 + p * 5 + s) + "." for s in range(4)) for p in range(paragraphs)]
-    return "\n\n".join(paragraph) + "\n"
-
-
-def sst(n: int) -> str:
-    good, bad = ["a good film", "great acting", "a joy to watch"], ["a bad film", "awful acting", "dull and long"]
-    rows = [f"{(good if i % 2 else bad)[i % 3]} {WORDS[i % len(WORDS)]}\t{i % 2}" for i in range(n)]
-    return "sentence\tlabel\n" + "\n".join(rows) + "\n"
-
-
-def conll(n: int) -> str:
-    people, places = ["John", "Mary", "Ann"], ["Paris", "London", "Rome"]
-    out = ["-DOCSTART- -X- -X- O", ""]
-    for i in range(n):
-        out += [f"{people[i % 3]} NNP B-NP B-PER", "lives VBZ B-VP O", "in IN B-PP O",
-                f"{places[i % 3]} NNP B-NP B-LOC", ". . O O", ""]
-    return "\n".join(out)
-
-
-def squad(articles: int) -> str:
-    data = []
-    for a in range(articles):
-        context = f"The castle of {WORDS[a % len(WORDS)]} was built in {1800 + a} by the king."
-        answer = str(1800 + a)
-        data.append({"title": f"a{a}", "paragraphs": [{"context": context, "qas": [
-            {"id": f"q{a}", "question": "When was the castle built?",
-             "answers": [{"text": answer, "answer_start": context.index(answer)}]}]}]})
-    return json.dumps({"version": "1.1", "data": data})
-
-
-def parallel(n: int, lang: str) -> str:
-    """`n` lines of a made-up translation task: German as the English backwards."""
-    lines = [sentence(i, 5) for i in range(n)]
-    return "".join((line if lang == "en" else " ".join(reversed(line.split()))) + "\n" for line in lines)
-
-
-def lay_out(root: Path) -> Path:
-    """The scratch folder the README's commands run in: `root/main` (the checkout, the working
-    folder) and `root/shared/data` beside it, both with tiny files at the README's paths."""
-    work, shared = root / "main", root / "shared" / "data"
-    files = {
-        **{f"corpus/book{i}.txt": prose(i) for i in range(3)},
-        "unseen/other.txt": prose(7), "my-domain/notes.txt": prose(8),
-        "SST-2/train.tsv": sst(40), "SST-2/dev.tsv": sst(12), "dev.tsv": sst(12),
-        "texts.tsv": "sentence\na good film\nawful acting\n", "corpus.txt": prose(9), "texts.txt": "a good film\nthe king walks\n",
-        "conll/train.txt": conll(12), "conll/valid.txt": conll(4), "test.txt": conll(3),
-        "squad.json": squad(48),
-    }
-    gutenberg = {name: prose(i + 10) for i, name in enumerate(["158-0.txt", "2701-0.txt", "98-0.txt", "76-0.txt",
-                                                                "pg161.txt"])}
-    shared_files = {**{f"corpus/gutenberg/{k}": v for k, v in gutenberg.items()},
-                    "glue/SST-2/train.tsv": sst(160), "glue/SST-2/dev.tsv": sst(12),
-                    "conll2003/train.txt": conll(12), "conll2003/valid.txt": conll(4),
-                    **{f"multi30k/{split}.{lang}": parallel(count, lang) for split, count in
-                       (("train", 60), ("val", 6), ("test_2016_flickr", 5)) for lang in ("en", "de")}}
-    for base, table in ((work, files), (shared, shared_files)):
-        for name, text in table.items():
-            (base / name).parent.mkdir(parents=True, exist_ok=True)
-            (base / name).write_text(text)
-    # Names the README uses for "a model" or "a file of that kind": links to what earlier commands make.
-    (work / "runs").mkdir()
-    (work / "path" / "to").mkdir(parents=True)
-    (work / "runs" / "demo" / "pretrain").mkdir(parents=True)
-    links = {"M": "runs/mine/model", "path/to/checkpoint": "../../runs/mine/model",
-             "runs/demo/pretrain/model": "../../mine/model",
-             "runs/fwd": "ulmfit-sst2", "runs/bwd": "ulmfit-bwd-sst2"}
-    for name, target in links.items():
-        os.symlink(target, work / name)
-    os.symlink(ROOT / "tests", work / "tests")  # the checkpoint fixtures the architecture page loads
-    return work
-
-
-def published_elmo(work: Path) -> None:
-    """`options.json` and `weights.hdf5` as an ELMo is published for AllenNLP: made from the export
-    that the README's command before makes, less the softmax (bilm-tf's dump_weights leaves it out)."""
-    import h5py
-
-    for name in ("options.json", "weights.hdf5"):
-        shutil.copy(work / "elmo-allen" / name, work / name)
-    with h5py.File(work / "weights.hdf5", "a") as f:
-        del f["softmax"]
-
 
 # What a command needs made just before it runs (from the output of commands before it).
 PREPARE = {"bertforge import-allennlp options.json weights.hdf5 runs/elmo-in": published_elmo}
