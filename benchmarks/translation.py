@@ -25,7 +25,7 @@ speed    in one sitting, each measurement in its own process, in turn: the train
     python benchmarks/translation.py quality --pair en-de --minutes 60 --out runs/mt-quality
     python benchmarks/translation.py quality --pair en-de --minutes 60 --peer-minutes 30 --out runs/mt-quality
     python benchmarks/translation.py quality --pair en-de --minutes 60 --no-peer --out runs/mt-ours
-    python benchmarks/translation.py quality --arch lstm --word-vectors runs/glove.txt --no-peer --out runs/mt-lstm
+    python benchmarks/translation.py quality --arch lstm --word-vectors runs/glove.txt --dropout 0.3 --no-peer --out runs/mt-lstm
     python benchmarks/translation.py speed --out runs/mt-speed
     python benchmarks/translation.py speed --model runs/mt-quality/ours/model --out runs/mt-speed
     python benchmarks/translation.py quality --quick --out runs/mt-quality-quick
