@@ -25,7 +25,8 @@ from .report import header, say
 from .tasks.common import FinetuneData, lm_count, read_text
 from .tasks.tagging import TAGGERS
 from .data.tokenizer import Tokenizer
-from .training.trainer import TrainOptions, distributed_setup, train
+from .training.distributed import distributed_setup
+from .training.trainer import TrainOptions, train
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
 

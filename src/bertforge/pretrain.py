@@ -24,7 +24,8 @@ from .plan import Plan
 from .recipe import pretraining_plan, vocabulary_size
 from .data.tokenizer import KINDS, Tokenizer
 from .training.checkpoints import latest_checkpoint
-from .training.trainer import TrainOptions, distributed_setup, train
+from .training.distributed import distributed_setup
+from .training.trainer import TrainOptions, train
 
 
 def build_objective(name: str, config, generator_fraction: float = 0.25, terms: tuple[str, ...] | None = None):

@@ -31,7 +31,8 @@ from .formats import native
 from .models.objectives import BiLMPretraining, RecurrentLMPretraining
 from .paths import check_apart
 from .training.checkpoints import check_same_settings, latest_checkpoint
-from .training.trainer import TrainOptions, distributed_setup, train
+from .training.distributed import distributed_setup
+from .training.trainer import TrainOptions, train
 
 # AWD-LSTM trains through a sampled softmax of this many words by default when its vocabulary is
 # over 4x larger: measured on the Gutenberg corpus (44,609 words), 3 minutes give 177 steps and a

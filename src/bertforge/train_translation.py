@@ -26,7 +26,8 @@ from .models.translation import TranslationObjective
 from .scoring import corpus_scores
 from .scoring import load_sacrebleu
 from .training.checkpoints import check_same_settings, latest_checkpoint
-from .training.trainer import TrainOptions, distributed_setup, train
+from .training.distributed import distributed_setup
+from .training.trainer import TrainOptions, train
 from .translate import DecodeOptions, translate
 
 TOKENIZER_DIR = "tokenizer"
