@@ -169,7 +169,7 @@ def pretrain_cove(corpus: str, work: str, minutes: float) -> dict:
     os.makedirs(os.path.dirname(vectors), exist_ok=True)
     wall = 0.0
     if not os.path.exists(vectors):
-        wall += run([*BERTFORGE, "word-vectors", "--corpus", corpus, "--out", vectors, "--dim", "300",
+        wall += run([*BERTFORGE, "word-vectors", "--corpus", corpus, "--output", vectors, "--dim", "300",
                      "--max-minutes", str(minutes)])
     words, matrix = read_vectors(vectors)
     pairs, sections = (vector_scores.read_pairs(datapath("wordsim353.tsv")),
@@ -180,7 +180,7 @@ def pretrain_cove(corpus: str, work: str, minutes: float) -> dict:
     if not os.path.isdir(os.path.join(run_dir, "model")):
         prefix = os.path.join(DATA, "multi30k")
         wall += run([*BERTFORGE, "train-translation", *COVE_TRANSLATION, "--word-vectors", vectors,
-                     "--train", os.path.join(prefix, "train"), "--valid", os.path.join(prefix, "val"),
+                     "--train", os.path.join(prefix, "train"), "--dev", os.path.join(prefix, "val"),
                      "--out", run_dir, "--max-minutes", str(minutes)])
     return {**figures_of(run_dir, "cove"), "glove": glove, "wall_minutes": round(wall, 1)}
 

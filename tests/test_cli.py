@@ -14,7 +14,7 @@ def test_tokenizer_train_and_info(tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"line {i} of the tiny corpus, with words repeated" for i in range(200)))
     assert main(["tokenizer", "train", str(corpus), "--out", str(tmp_path / "tok"), "--vocab-size", "120",
-                 "--min-frequency", "1"]) == 0
+                 "--min-count", "1"]) == 0
     tokenizer = Tokenizer.from_pretrained(str(tmp_path / "tok"))
     assert tokenizer.tokenize("the tiny corpus") == ["the", "tiny", "corpus"]
     assert "WordPiece vocabulary" in capsys.readouterr().out
@@ -24,6 +24,33 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["--version"])
     assert exit.value.code == 0 and capsys.readouterr().out.startswith("bertforge 0.")
+
+
+def test_bertforge_alone_lists_the_commands(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("pretrain", "finetune", "translate", "word-vectors"))
+
+
+def test_old_spellings_work_with_a_one_line_note_and_positional_models_are_kept(tmp_path, capsys):
+    """Renamed flags (--min-frequency -> --min-count, ...) still work, each with one line saying the new
+    name; a model given positionally, as before --model, is read as --model."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"line {i} of the tiny corpus, with words repeated" for i in range(200)))
+    assert main(["tokenizer", "train", str(corpus), "--out", str(tmp_path / "tok"), "--vocab-size", "120",
+                 "--min-frequency", "1"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertforge: note:")]
+    assert notes == ["bertforge: note: --min-frequency is an old spelling: use --min-count (the old one will go)"]
+    assert Tokenizer.from_pretrained(str(tmp_path / "tok")).vocab_size == 120
+    save_pretrained(Bert(tiny_config(vocab_size=120)), str(tmp_path / "m"),
+                    tokenizer=Tokenizer.from_pretrained(str(tmp_path / "tok")))
+    for argv in (["info", str(tmp_path / "m")], ["info", "--model", str(tmp_path / "m")]):
+        assert main(argv) == 0
+        assert capsys.readouterr().out.startswith(f"{tmp_path / 'm'}: ")
+    for argv, missing in ((["info"], "--model"), (["export", "--model", str(tmp_path / "m")], "--out")):
+        with pytest.raises(SystemExit) as exit:  # argparse's usage error
+            main(argv)
+        assert exit.value.code == 2 and f"required: {missing}" in capsys.readouterr().err
 
 
 def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
@@ -43,7 +70,7 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
         default_corpus()
     except BertforgeError as e:
         pytest.skip(str(e))
-    assert main(["demo", "--out", str(tmp_path), "--minutes", "0.15", "--preset", "bert-tiny"]) == 0
+    assert main(["demo", "--out", str(tmp_path), "--max-minutes", "0.15", "--preset", "bert-tiny"]) == 0
     out = capsys.readouterr().out
     assert "fill-mask:" in out and "to be, or not to [MASK]" in out
     assert load_pretrained(str(tmp_path / "pretrain" / "model")).config.hidden_size == 128
@@ -51,7 +78,7 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert "masked-token accuracy" in out and "always guessing" in out
     # what it learned in the table; the next-sentence head once, beside chance, with why
     assert "MLM accuracy" in out and "NSP accuracy" not in out and "(chance: 50%)" in out
-    assert f"bertforge serve {tmp_path / 'pretrain' / 'model'}" in out  # how to look inside what it trained
+    assert f"bertforge serve --model {tmp_path / 'pretrain' / 'model'}" in out  # how to look inside what it trained
 
 
 def test_pretrain_with_recipe_has_the_commands_options_and_defaults():

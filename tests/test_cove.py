@@ -168,7 +168,7 @@ class Exploit:
 def test_command_line_errors(tmp_path):
     train = _write_task(tmp_path, "train", 20, False, seed=1)
     base = [sys.executable, "-m", "bertforge", "train-translation", "--source-lang", "src", "--target-lang", "tgt",
-            "--train", train, "--valid", train, "--out", str(tmp_path / "run")]
+            "--train", train, "--dev", train, "--out", str(tmp_path / "run")]
     (tmp_path / "bad.txt").write_text("red 0.1 0.2\nblue 0.3\n")
     for extra, message in ((["--arch", "lstm"], "--arch lstm reads fixed word vectors"),
                            (["--word-vectors", str(tmp_path / "bad.txt")], "--word-vectors goes with --arch lstm"),

@@ -529,6 +529,38 @@ def test_the_command_reference_is_current():
         "docs/cli-reference.md is stale: python -m bertforge.cli.reference > docs/cli-reference.md"
 
 
+# The commands that read a model: each names it --model (pretrain and train-translation start from one with --init).
+MODEL_READERS = ("info", "finetune", "evaluate", "predict", "embed", "fill-mask", "serve", "export", "generate",
+                 "evaluate-lm", "translate")
+
+
+def test_every_flag_has_one_meaning_across_the_commands():
+    """The command reference's vocabulary: one flag, one name in Python (argparse's dest) and one kind of
+    value wherever it appears, so that --out, --max-seq-length or --min-count mean the same in every
+    command; and every command that reads a model takes it as --model."""
+    import argparse
+
+    from bertforge.cli import _subcommands, build_parser
+
+    meanings: dict[str, set] = {}
+    for command in _subcommands(build_parser()):
+        for action in command._actions:
+            if action.help == argparse.SUPPRESS:  # old spellings and positional aliases
+                continue
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag not in ("--help", "--debug"):
+                    kind = "number" if action.type in (int, float) else getattr(action.type, "__name__", None)
+                    meanings.setdefault(flag, set()).add((action.dest, kind, action.nargs == 0))
+    assert not {flag: m for flag, m in meanings.items() if len(m) > 1}
+    dests: dict[str, set] = {}
+    for flag, ((dest, _, _),) in meanings.items():
+        dests.setdefault(dest, set()).add(flag)
+    assert not {dest: flags for dest, flags in dests.items() if len(flags) > 1}
+    commands = {c.prog.split()[-1]: c for c in _subcommands(build_parser())}
+    for name in MODEL_READERS:
+        assert "--model" in commands[name].format_help(), name
+
+
 def test_every_command_and_block_of_the_docs_runs(tmp_path, monkeypatch, capsys):
     for module, extra in (("onnxruntime", "onnx"), ("h5py", "allennlp"), ("matplotlib", "plot")):
         pytest.importorskip(module, reason=f"the docs' commands need the {extra} extra (make test installs it)")

@@ -158,7 +158,7 @@ def test_vocabulary_training_says_when_it_starts_and_ends_when_not_on_a_terminal
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"line {i} of the tiny corpus, with words repeated" for i in range(200)))
     assert main(["tokenizer", "train", str(corpus), "--out", str(tmp_path / "tok"), "--vocab-size", "120",
-                 "--min-frequency", "1"]) == 0
+                 "--min-count", "1"]) == 0
     printed = capsys.readouterr()
     assert "\r" not in printed.err
     assert re.sub(CLOCK, "M:SS", printed.err).splitlines() == [

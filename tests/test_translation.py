@@ -86,8 +86,8 @@ def test_copy_is_learned_from_the_command_line(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = [sys.executable, "-m", "bertforge", "train-translation", "--source-lang", "src", "--target-lang", "tgt",
-           "--train", train, "--valid", valid, "--out", str(out), "--preset", "mt-tiny", "--vocab-size", "120",
-           "--max-tokens", "800", "--steps", "600", "--lr", "3e-3", "--warmup", "50", "--eval-every", "600",
+           "--train", train, "--dev", valid, "--out", str(out), "--preset", "mt-tiny", "--vocab-size", "120",
+           "--batch-tokens", "800", "--steps", "600", "--lr", "3e-3", "--warmup", "50", "--eval-every", "600",
            "--average", "1", "--precision", "fp32", "--dropout", "0.05"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -219,7 +219,7 @@ def test_bad_input_is_one_line_naming_file_and_line(tmp_path):
     (data / "train.de").write_text("a b\nc d\n", encoding="utf-8")
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run([sys.executable, "-m", "bertforge", "train-translation", "--source-lang", "en",
-                           "--target-lang", "de", "--train", str(data / "train"), "--valid", str(data / "train"),
+                           "--target-lang", "de", "--train", str(data / "train"), "--dev", str(data / "train"),
                            "--out", str(tmp_path / "o"), "--steps", "1"], capture_output=True, text=True, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "train.en" in done.stderr and "train.de" in done.stderr

@@ -222,14 +222,14 @@ def test_the_vectors_never_overwrite_the_corpus(tmp_path):
 def test_command_line(tmp_path, capsys):
     topic_corpus(tmp_path / "corpus.txt", lines=50)
     out = str(tmp_path / "v.vec")
-    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--out", out, "--dim", "4",
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", out, "--dim", "4",
                  "--epochs", "2", "--min-count", "2"]) == 0
     assert "13 words" in capsys.readouterr().out
     assert open(out).readline() == "13 4\n"
-    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--out", out]) == 2
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", out]) == 2
     assert "--resume" in capsys.readouterr().err
-    assert main(["word-vectors", "--corpus", str(tmp_path / "none"), "--out", str(tmp_path / "w.txt")]) == 2
-    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "w.txt"),
+    assert main(["word-vectors", "--corpus", str(tmp_path / "none"), "--output", str(tmp_path / "w.txt")]) == 2
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", str(tmp_path / "w.txt"),
                  "--window", "0"]) == 2
     err = capsys.readouterr().err
     assert "--window must be an integer >= 1, got 0" in err and "Traceback" not in err

@@ -1,26 +1,56 @@
-"""bertforge: contextual pretraining end to end (BERT, its family and its ancestors), with checkpoints in Hugging Face's format."""
+"""bertforge: contextual pretraining end to end (BERT, its family and its ancestors), with checkpoints in Hugging Face's format.
 
-from .config import PRESETS, BertConfig, preset
-from .embed import Embedder, embed
-from .errors import BertforgeError
-from .fill_mask import FillMask
-from .finetune import evaluate, finetune, predict
-from .formats.hf import load_pretrained, save_pretrained
-from .generate import Generator
-from .load import Loaded, load
-from .models.bert import Bert, EncoderOutput
-from .predictor import Predictor
-from .pretrain import pretrain
-from .pretrain_recurrent import pretrain_recurrent
-from .train_translation import train_translation
-from .translate import DecodeOptions, translate
-from .data.tokenizer import Tokenizer
+The names below are imported on first use (PEP 562), so that `import bertforge` — and with it
+`bertforge --help` — does not import torch.
+"""
 
-# `from .pretrain import pretrain` binds the name to the function after loading the submodule of the
-# same name, so `bertforge.pretrain` (and finetune, embed, load) is the function a user calls, as in the CLI.
-__all__ = [
-    "Bert", "BertConfig", "BertforgeError", "DecodeOptions", "Embedder", "EncoderOutput", "FillMask", "Generator", "Loaded", "PRESETS",
-    "Predictor", "Tokenizer", "embed", "evaluate", "finetune", "load", "load_pretrained", "predict", "preset", "pretrain",
-    "pretrain_recurrent", "save_pretrained", "train_translation", "translate",
-]
+import importlib
+import sys
+import types
+
+# name -> the submodule that defines it
+_EXPORTS = {
+    "PRESETS": "config", "BertConfig": "config", "preset": "config",
+    "Embedder": "embed", "embed": "embed",
+    "BertforgeError": "errors",
+    "FillMask": "fill_mask",
+    "evaluate": "finetune", "finetune": "finetune", "predict": "finetune",
+    "load_pretrained": "formats.hf", "save_pretrained": "formats.hf",
+    "Generator": "generate",
+    "Loaded": "load", "load": "load",
+    "Bert": "models.bert", "EncoderOutput": "models.bert",
+    "Predictor": "predictor",
+    "pretrain": "pretrain",
+    "pretrain_recurrent": "pretrain_recurrent",
+    "train_translation": "train_translation",
+    "DecodeOptions": "translate", "translate": "translate",
+    "word_vectors": "word_vectors",
+    "Tokenizer": "data.tokenizer",
+}
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bertforge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    setattr(sys.modules[__name__], name, value)
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """Keeps `bertforge.pretrain` (and embed, finetune, load, translate, ...) the function a user calls:
+    importing a submodule of the same name would otherwise rebind the package's attribute to the module."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
+            value = getattr(value, name, value)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -77,7 +77,7 @@ RULES: dict[str, Rule] = {
     "max_train_samples": count(1), "max_eval_samples": count(1),
     # serve and export
     "port": Rule(low=1, high=65535, integer=True), "max_batch": count(1), "max_wait_ms": NON_NEGATIVE,
-    "max_texts": count(1), "max_tokens": count(1), "max_choices": count(2), "max_beam": count(1),
+    "max_texts": count(1), "max_tokens": count(1), "batch_tokens": count(1), "max_choices": count(2), "max_beam": count(1),
     "max_answer_mb": POSITIVE,
     "read_timeout": POSITIVE, "keep_alive": POSITIVE,
     "opset": Rule(low=14, high=30, integer=True),

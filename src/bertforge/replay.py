@@ -16,6 +16,8 @@ NOT_REPLAYED = ("config", "resume", "debug", "help")
 # Saved absolute, so that a replay finds the same files from any working directory.
 PATH_OPTIONS = ("corpus", "out", "tokenizer", "init", "cache_dir", "train", "dev", "model")
 REPLAYABLE = ("pretrain", "finetune")
+# Options saved under an earlier name: old run_config.json files replay under the new one.
+RENAMED = {"min_freq": "min_count"}
 
 
 def run_arguments(command: str, given: dict) -> dict:
@@ -73,6 +75,7 @@ def read_run_config(path: str, command: str, sub: argparse.ArgumentParser) -> di
     actions = {a.dest: a for a in sub._actions if a.dest not in NOT_REPLAYED}
     options = {}
     for name, value in saved["args"].items():
+        name = RENAMED.get(name, name)
         if name not in actions:
             raise BertforgeError(f"{path}: unknown option {name!r} for bertforge {command}")
         options[name] = _saved_value(actions[name], value, path)

@@ -16,10 +16,11 @@ import warnings
 
 from ..checks import check_options
 from ..errors import BertforgeError
+from ..paths import check_outputs
 from ..replay import REPLAYABLE, config_defaults
 from . import (demo, embed, evaluate, evaluate_lm, export, fill_mask, finetune, generate, import_allennlp, info,
                predict, pretrain, serve, tokenizer, translation, word_vectors)
-from .common import HelpFormatter
+from .common import HelpFormatter, resolve_positionals
 
 # In the order `bertforge --help` lists them.
 COMMANDS = (demo, info, pretrain, finetune, evaluate, predict, embed, fill_mask, serve, export, import_allennlp,
@@ -71,7 +72,11 @@ def _run(argv: list[str], args: argparse.Namespace) -> int:
     try:
         parser = build_parser()
         config_defaults(parser, argv)
+        if not argv:  # `bertforge` alone: what there is to run
+            parser.print_help()
+            return 0
         args = parser.parse_args(argv)
+        resolve_positionals(args)
         check_options(vars(args), args.command)
         for name in ("model", "init"):  # a run directory stands for the model it wrote
             value = getattr(args, name, None)
@@ -79,6 +84,7 @@ def _run(argv: list[str], args: argparse.Namespace) -> int:
                 setattr(args, name, [model_directory(v) for v in value])
             elif value:
                 setattr(args, name, model_directory(value))
+        check_outputs(vars(args))  # no command writes over, or inside, what it reads
         args.func(args)
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)
@@ -126,6 +132,9 @@ def describe(e: Exception) -> tuple[str, int]:
     message = " ".join(str(e).split())
     if isinstance(e, BertforgeError):
         return str(e), 2
+    if isinstance(e, ModuleNotFoundError) and e.name in ("torch", "numpy", "tokenizers", "safetensors", "tqdm"):
+        return (f"{e.name} is not installed, and bertforge's commands need it: pip install bertforge brings it "
+                "(torch: install the build for your machine first, as the README says)"), 2
     if isinstance(e, OSError):
         return (f"{e.filename}: " if e.filename else "") + (e.strerror or message or type(e).__name__), 2
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":  # torch's is a RuntimeError

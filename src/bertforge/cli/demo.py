@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from ..config import PRESETS
-from .common import HelpFormatter
+from .common import HelpFormatter, renamed
 
 
 def add_command(commands) -> None:
     demo = commands.add_parser("demo", help="pretrain a small BERT on Shakespeare and try it (no arguments needed)",
                                formatter_class=HelpFormatter)
     demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs")
-    demo.add_argument("--minutes", type=float, default=3.0, help="pretraining budget")
+    demo.add_argument("--max-minutes", type=float, default=3.0, help="pretraining budget")
+    renamed(demo, "--minutes", "--max-minutes")
     demo.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: bertforge pretrain's)")
     demo.set_defaults(func=run)
 
@@ -18,4 +19,4 @@ def add_command(commands) -> None:
 def run(args) -> None:
     from ..demo import run_demo
 
-    run_demo(args.out, args.minutes, args.preset)
+    run_demo(args.out, args.max_minutes, args.preset)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import BertforgeError
-from .common import INFERENCE_PRECISION, HelpFormatter, add_device, resolve_device
+from .common import INFERENCE_PRECISION, HelpFormatter, add_device, renamed, resolve_device
 
 
 def add_command(commands) -> None:
@@ -26,7 +26,8 @@ def add_command(commands) -> None:
     em.add_argument("--features", choices=["glove", "cove", "glove+cove"],
                     help="a CoVe model's vectors: its fixed word vectors, CoVe, or both concatenated (default)")
     em.add_argument("--batch-size", type=int, default=128, help="texts per forward pass (grouped by length)")
-    em.add_argument("--max-length", type=int, help="tokens per text (default: the model's maximum)")
+    em.add_argument("--max-seq-length", type=int, help="tokens per text (default: the model's maximum)")
+    renamed(em, "--max-length", "--max-seq-length")
     em.add_argument("--precision", **INFERENCE_PRECISION)
     add_device(em)
     em.set_defaults(func=run)
@@ -57,11 +58,11 @@ def run(args) -> None:
                f"{args.output}: layers {layers}, pooling {args.pooling or 'its default'}"))
     if args.features and args.features not in getattr(embedder, "FEATURES", ()):
         raise BertforgeError(f"{args.model}: --features is for CoVe models (glove, cove, glove+cove)")
-    vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_length,
+    vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_seq_length,
                               progress=len(texts) >= 1000,  # a few seconds' work or more
                               **({"features": args.features} if args.features else {}))
     # cut exactly as encode() cuts, so tokens and vectors line up
-    tokens = embedder.tokens(texts, args.max_length) if args.pooling == "tokens" else None
+    tokens = embedder.tokens(texts, args.max_seq_length) if args.pooling == "tokens" else None
     write_embeddings(args.output, vectors, texts, tokens)
     shape = vectors.shape if hasattr(vectors, "shape") else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}"
     print(f"wrote {shape} vectors to {args.output}", file=sys.stderr)

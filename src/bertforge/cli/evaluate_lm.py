@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from .common import HelpFormatter
+from .common import HelpFormatter, add_path
 
 
 def add_command(commands) -> None:
     lm = commands.add_parser("evaluate-lm", help="masked-token and next-sentence accuracy (masked LMs) or "
                              "perplexity (GPT-1, AWD-LSTM, ELMo) on held-out text, beside what word counts alone "
                              "score", formatter_class=HelpFormatter)
-    lm.add_argument("model", help="a pretraining checkpoint (with its language-model head)")
+    add_path(lm, "--model", "a pretraining checkpoint (with its language-model head)")
     lm.add_argument("files", nargs="+", help="text files, folders or globs the model has not seen")
     lm.add_argument("--max-seq-length", type=int, default=128, help="tokens per instance (at most the model's); a recurrent model's words per chunk")
     lm.add_argument("--batch-size", type=int, default=32, help="instances per batch; a recurrent model's parallel streams")

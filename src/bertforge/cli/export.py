@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from .common import HelpFormatter
+from .common import HelpFormatter, add_path
 
 
 def add_command(commands) -> None:
     ex = commands.add_parser("export", help="write a model as an ONNX file (every head; dynamic batch and length), "
                              "or an ELMo in AllenNLP's format", formatter_class=HelpFormatter)
-    ex.add_argument("model", help="a BERT-family directory, pretrained or fine-tuned (onnx); an ELMo (allennlp)")
-    ex.add_argument("out", help="the .onnx file to write; for a translation model, a folder for encoder_model.onnx "
+    add_path(ex, "--model", "a BERT-family directory, pretrained or fine-tuned (onnx); an ELMo (allennlp)")
+    add_path(ex, "--out", "the .onnx file to write; for a translation model, a folder for encoder_model.onnx "
                     "and decoder_model.onnx; for allennlp, a folder for options.json, weights.hdf5 and vocab.txt")
     ex.add_argument("--format", choices=["onnx", "allennlp"], default="onnx", help="the export format")
     ex.add_argument("--opset", type=int, default=18, help="ONNX opset version")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from .common import add_device, resolve_device
+from .common import add_device, add_path, resolve_device
 
 
 def add_command(commands) -> None:
     fill = commands.add_parser("fill-mask", help="predict the tokens hidden by [MASK]")
-    fill.add_argument("model", help="a checkpoint with a masked-LM head")
+    add_path(fill, "--model", "a checkpoint with a masked-LM head")
     fill.add_argument("text", help='text with one or more [MASK], e.g. "the [MASK] sat on the mat"')
     fill.add_argument("--top-k", type=int, default=5, help="candidates shown per [MASK]")
     fill.add_argument("--json", action="store_true", help="print one JSON list per text: for each [MASK], records "

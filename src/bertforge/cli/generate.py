@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from .common import HelpFormatter, add_device, resolve_device
+from .common import HelpFormatter, add_device, add_path, resolve_device
 
 
 def add_command(commands) -> None:
     gen = commands.add_parser("generate", help="continue a prompt with a left-to-right language model (GPT-1)",
                               formatter_class=HelpFormatter)
-    gen.add_argument("model", help="a GPT-1 checkpoint made by bertforge pretrain --objective gpt")
+    add_path(gen, "--model", "a GPT-1 checkpoint made by bertforge pretrain --objective gpt")
     gen.add_argument("prompt", help="the text to continue")
     gen.add_argument("--max-new-tokens", type=int, default=50, help="tokens to add at most (fewer at [SEP])")
     gen.add_argument("--do-sample", action="store_true", help="sample the next token (default: the most likely)")

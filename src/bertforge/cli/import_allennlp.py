@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import HelpFormatter
+from .common import HelpFormatter, add_path
 
 
 def add_command(commands) -> None:
@@ -10,7 +10,7 @@ def add_command(commands) -> None:
                               "weights.hdf5) into a bertforge directory", formatter_class=HelpFormatter)
     imp.add_argument("options", help="the model's options.json")
     imp.add_argument("weights", help="its weights.hdf5")
-    imp.add_argument("out", help="the directory to write")
+    add_path(imp, "--out", "the directory to write")
     imp.add_argument("--vocab", help="bilm-tf's vocabulary file (<S>, </S>, <UNK>, then a word per line): needed "
                      "when the weights hold a softmax, and gives the words the language model predicts")
     imp.set_defaults(func=run)

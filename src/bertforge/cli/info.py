@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from .common import HelpFormatter, add_path
+
 
 def add_command(commands) -> None:
-    info = commands.add_parser("info", help="show the configuration and size of a checkpoint")
-    info.add_argument("model", help="an HF BERT-family checkpoint directory, or an AWD-LSTM or ELMo one")
+    info = commands.add_parser("info", help="show the configuration and size of a checkpoint",
+                                  formatter_class=HelpFormatter)
+    add_path(info, "--model", "a checkpoint directory of any family, or a Hugging Face Hub name")
     info.set_defaults(func=run)
 
 

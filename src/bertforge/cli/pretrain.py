@@ -1,14 +1,11 @@
-"""`bertforge pretrain`: its options and the call: BERT's family and GPT-1 go to
-`pretrain.pretrain_with_recipe` (the recipe's defaults under the flags given; the demo calls it
-too), the recurrent objectives (AWD-LSTM, ELMo) to `pretrain_recurrent` with its `default_options`."""
+"""`bertforge pretrain`: its options and one call, `bertforge.pretrain` with them as keywords (the
+recipe's defaults under the flags given are resolved there, for the command line and Python alike;
+the recurrent objectives, AWD-LSTM and ELMo, go on to `pretrain_recurrent`)."""
 
 from __future__ import annotations
 
-from ..errors import BertforgeError
-from ..families import FAMILIES, objective, objective_names
-from ..replay import run_arguments
-from ..training.tracking import check_reporters
-from .common import REPORT_TO, VOCAB_KINDS, HelpFormatter
+from ..families import FAMILIES, objective_names
+from .common import REPORT_TO, VOCAB_KINDS, HelpFormatter, keywords, renamed
 
 
 def add_command(commands) -> None:
@@ -131,8 +128,9 @@ def _add_recurrent(pre) -> None:
     rnn.add_argument("--bptt", type=int, help="length of the chunks back-propagated through (default: 70 for "
                      "awd-lstm, with AWD-LSTM's variable lengths around it; elmo 20); the hidden state carries "
                      "across chunks")
-    rnn.add_argument("--min-freq", type=int, default=2, help="words seen fewer times read as xxunk (--vocab-size "
-                     "caps the vocabulary: default 60,000, ULMFiT's)")
+    rnn.add_argument("--min-count", type=int, default=2, help="words seen fewer times read as "
+                     "xxunk (--vocab-size caps the vocabulary: default 60,000, ULMFiT's)")
+    renamed(pre, "--min-freq", "--min-count")
     rnn.add_argument("--no-rules", action="store_true", help="lowercase only, without ULMFiT's xxmaj, xxup, xxrep, "
                      "xxwrep tokens")
     rnn.add_argument("--backwards", action="store_true", help="awd-lstm: train on reversed text (ULMFiT's backward "
@@ -158,65 +156,15 @@ def _add_logging(pre) -> None:
 
 def preset_names() -> list[str]:
     """Every family's sizes: the Transformers' (which they share) in order of name, then the others'."""
-    names = sorted({p for f in FAMILIES if f.pipeline == "subword" for p in f.presets})
-    return names + [p for f in FAMILIES if f.pipeline != "subword" for p in f.presets if p not in names]
+    pretrained = [f for f in FAMILIES if f.objectives]  # translation's sizes are train-translation's
+    names = sorted({p for f in pretrained if f.pipeline == "subword" for p in f.presets})
+    return names + [p for f in pretrained if f.pipeline != "subword" for p in f.presets if p not in names]
 
 
 def run(args) -> None:
-    from ..pretrain import pretrain_with_recipe
+    from ..pretrain import pretrain
 
-    if args.steps is None and args.max_minutes is None:
-        raise BertforgeError("give a budget: --steps, --max-minutes, or both")
-    check_reporters(args.report_to)  # a tracker's missing package, before any work
-    if objective(args.objective)[0].pipeline == "word":
-        return run_recurrent(args)
-    result = pretrain_with_recipe(
-        args.corpus, args.out, objective=args.objective, preset=args.preset, recipe=args.recipe,
-        positions=args.positions, layer_norm=args.layer_norm, generator_fraction=args.generator_fraction,
-        tokenizer=args.tokenizer, init=args.init, vocab_size=args.vocab_size, cased=args.cased,
-        vocab_kind=args.vocab_kind, steps=args.steps, max_minutes=args.max_minutes, resume=args.resume,
-        max_seq_length=args.max_seq_length, batch_size=args.batch_size, short_seq_prob=args.short_seq_prob,
-        layout=args.layout, text_field=args.text_field, cache_dir=args.cache_dir, eval_fraction=args.eval_fraction,
-        mask_prob=args.mask_prob, replace_prob=args.replace_prob, random_prob=args.random_prob,
-        whole_word=args.whole_word, masking=args.masking, lr=args.lr, beta2=args.beta2, warmup=args.warmup,
-        dropout=args.dropout, schedule=args.schedule, weight_decay=args.weight_decay, accum=args.accum,
-        clip=args.clip, precision=args.precision, compile=args.compile, seed=args.seed, log_every=args.log_every,
-        eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
-        quiet=args.quiet, report_to=args.report_to,
-        command_line=run_arguments(args.command, vars(args)))  # as given, before the recipe fills in the rest
-    if result["status"] == "interrupted":
-        raise KeyboardInterrupt
-
-
-def run_recurrent(args) -> None:
-    from ..pretrain_recurrent import default_options, pretrain_recurrent
-
-    bert_only = [flag for flag, value in (
-        ("--mask-prob", args.mask_prob), ("--masking", args.masking), ("--whole-word", args.whole_word or None),
-        ("--replace-prob", args.replace_prob), ("--random-prob", args.random_prob), ("--positions", args.positions),
-        ("--layer-norm", args.layer_norm), ("--tokenizer", args.tokenizer), ("--vocab-kind", args.vocab_kind),
-        ("--dropout", args.dropout),
-        ("--cased", args.cased or None)) if value is not None]
-    if bert_only:
-        raise BertforgeError(f"{', '.join(bert_only)}: not for --objective {args.objective} (a word-level LSTM "
-                             "language model; see the recurrent options)")
-    sizes = objective(args.objective)[0].presets
-    if args.preset and args.preset not in sizes:
-        raise BertforgeError(f"--preset {args.preset} is not a size for --objective {args.objective}; choose one of "
-                             f"{', '.join(sizes)}")
-    options = default_options(
-        args.out, args.init, args.objective, lr=args.lr, warmup=args.warmup, schedule=args.schedule, clip=args.clip,
-        betas=None if args.beta2 is None else (0.8, args.beta2), steps=args.steps, max_minutes=args.max_minutes,
-        weight_decay=args.weight_decay, accum=args.accum, precision=args.precision, log_every=args.log_every,
-        eval_every=args.eval_every, eval_batches=args.eval_batches, save_every=args.save_every, keep=args.keep,
-        seed=args.seed, progress=not args.quiet, compile=args.compile, report_to=args.report_to)
-    result = pretrain_recurrent(
-        args.corpus, args.out, args.objective, preset=args.preset, init=args.init,
-        vocab_size=args.vocab_size or 60000, min_freq=args.min_freq, rules=not args.no_rules, bptt=args.bptt,
-        batch_size=args.batch_size, layout=args.layout, text_field=args.text_field,
-        eval_fraction=args.eval_fraction, resume=args.resume, options=options, backwards=args.backwards,
-        dropout_scale=args.dropout_scale, sampled_softmax=args.sampled_softmax,
-        command_line=run_arguments(args.command, vars(args)))
+    result = pretrain(**keywords(args))  # the recipe resolved there, as for a call from Python
     print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
           f"{args.out}/model, checkpoints in {args.out}/checkpoints")
     if result["status"] == "interrupted":

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from ..errors import BertforgeError
 from ..serve.limits import Limits
-from .common import HelpFormatter, add_device, resolve_device
+from .common import HelpFormatter, add_device, add_path, resolve_device
 
 
 def add_command(commands) -> None:
     sv = commands.add_parser("serve", help="an HTTP service and a web page for a model (fill-mask, predict, "
                              "embed, attention; translate for a translation model)", formatter_class=HelpFormatter)
-    sv.add_argument("model", help="a BERT-family directory: pretrained (with or without its masked-LM head) or "
+    add_path(sv, "--model", "a BERT-family directory: pretrained (with or without its masked-LM head) or "
                     "fine-tuned by bertforge finetune, or a translation model (train-translation, MarianMT)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     sv.add_argument("--port", type=int, default=8000, help="port to listen on")

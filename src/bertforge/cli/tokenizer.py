@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import VOCAB_KINDS
+from .common import VOCAB_KINDS, renamed
 
 
 def add_command(commands) -> None:
@@ -15,8 +15,9 @@ def add_command(commands) -> None:
     train.add_argument("files", nargs="+", help="UTF-8 text files to learn from")
     train.add_argument("--out", required=True, help="directory to write vocab.txt and tokenizer files to")
     train.add_argument("--vocab-size", type=int, default=30522, help="number of tokens (default: 30522, as BERT)")
-    train.add_argument("--min-frequency", type=int, default=2,
+    train.add_argument("--min-count", type=int, default=2,
                        help="how often a pair must occur to be merged (default: 2)")
+    renamed(train, "--min-frequency", "--min-count")
     train.add_argument("--cased", action="store_true", help="keep case (default: lowercase, as BERT-uncased)")
     train.add_argument("--strip-accents", type=_bool, default=None,
                        help="true/false; default: strip when lowercasing, as BERT")
@@ -39,10 +40,10 @@ def run(args) -> None:
     size = sum(os.path.getsize(f) for f in files)
     packed = " (gzip-compressed size)" if any(f.endswith(".gz") for f in files) else ""
     vocabulary = (f"vocabulary: {args.vocab_size:,} tokens, {args.kind}, {'cased' if args.cased else 'lowercased'}, "
-                  f"min frequency {args.min_frequency}")
+                  f"min frequency {args.min_count}")
     say(header(data=f"{len(files):,} file(s), {size / 1e6:,.1f} MB{packed}", output=args.out, extra=(vocabulary,)))
     tokenizer = Tokenizer.train(
-        files=files, vocab_size=args.vocab_size, min_frequency=args.min_frequency,
+        files=files, vocab_size=args.vocab_size, min_frequency=args.min_count,
         lowercase=not args.cased, strip_accents=args.strip_accents, split_cjk=not args.no_cjk_split,
         limit_alphabet=args.limit_alphabet, show_progress=True, kind=args.kind,
     )

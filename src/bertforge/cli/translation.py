@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from .common import REPORT_TO, HelpFormatter, add_device, resolve_device
+from .common import REPORT_TO, HelpFormatter, add_device, add_path, renamed, resolve_device
 
 # config/marian.py's and config/cove.py's, named here so that --help needs no torch
 PRESETS = ["mt-tiny", "multi30k", "base", "big", "cove-tiny", "cove"]
@@ -24,7 +24,8 @@ def _add_train(commands) -> None:
     p.add_argument("--train", required=True,
                    help="PREFIX of line-aligned files PREFIX.<source-lang> and PREFIX.<target-lang>, or a JSON-lines "
                         'file of {"translation": {"en": ..., "de": ...}}')
-    p.add_argument("--valid", required=True, help="the validation pairs, given as --train")
+    p.add_argument("--dev", required=True, help="the validation pairs, given as --train")
+    renamed(p, "--valid", "--dev")
     p.add_argument("--out", required=True, help="the run's folder: checkpoints, metrics.jsonl, model/")
     p.add_argument("--arch", choices=["transformer", "lstm"], default="transformer",
                    help="transformer: Vaswani et al.'s; lstm: CoVe's attentional LSTM encoder-decoder over fixed "
@@ -36,14 +37,16 @@ def _add_train(commands) -> None:
                    help="the model's size (default: multi30k for the transformer, cove for the lstm)")
     p.add_argument("--vocab-size", type=int, default=8000, help="size of the joint sub-word vocabulary")
     p.add_argument("--vocab-kind", choices=["bpe", "unigram"], default="bpe", help="the sub-word model")
-    p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per batch (source and target each)")
-    p.add_argument("--max-length", type=int, default=256, help="longer pairs are skipped (and counted in the log)")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batch (source and target each)")
+    renamed(p, "--max-tokens", "--batch-tokens")
+    p.add_argument("--max-seq-length", type=int, default=256, help="longer pairs are skipped (and counted in the log)")
+    renamed(p, "--max-length", "--max-seq-length")
     p.add_argument("--steps", type=int, help="optimizer steps (with --max-minutes: whichever comes first)")
     p.add_argument("--max-minutes", type=float, help="a time budget in minutes")
     p.add_argument("--lr", type=float, help="the peak learning rate, reached after --warmup (default: 1e-3 for the "
                                             "Transformer, 2e-3 for --arch lstm)")
-    p.add_argument("--warmup", type=int, help="warm-up steps of the inverse-square-root schedule (default: 1,000 for "
-                                              "the Transformer, 200 for --arch lstm)")
+    p.add_argument("--warmup", type=float, help="warm-up of the inverse-square-root schedule: steps, or a fraction "
+                   "(< 1) of --steps (default: 1,000 steps for the Transformer, 200 for --arch lstm)")
     p.add_argument("--label-smoothing", type=float, default=0.1, help="of the cross-entropy")
     p.add_argument("--dropout", type=float,
                    help="dropout of the model (default: the preset's: 0.1 to 0.3 for the Transformer, 0.2 for the lstm)")
@@ -65,7 +68,7 @@ def _add_train(commands) -> None:
 def _add_translate(commands) -> None:
     p = commands.add_parser("translate", formatter_class=HelpFormatter,
                             help="translate text with a model made by train-translation (or any MarianMT directory)")
-    p.add_argument("model", help="a model directory (or the --out of train-translation)")
+    add_path(p, "--model", "a model directory (or the --out of train-translation)")
     p.add_argument("--input", help="a file of sentences, one per line (default: standard input)")
     p.add_argument("--output", help="where to write the translations (default: standard output)")
     p.add_argument("--reference", help="a file of reference translations: print sacreBLEU, chrF and lowercased BLEU")
@@ -86,10 +89,15 @@ def run_train(args) -> None:
 
     if args.arch != "transformer" and (args.pre_ln or args.untie_output):
         raise BertforgeError("--pre-ln and --untie-output are the Transformer's (--arch transformer)")
+    if args.warmup is not None and args.warmup < 1:  # a fraction, as pretrain's and finetune's --warmup
+        if args.steps is None:
+            raise BertforgeError(f"--warmup {args.warmup}: a fraction of the steps needs --steps (or give steps)")
+        args.warmup = max(1, round(args.warmup * args.steps))
     summary = train_translation(
-        args.source_lang, args.target_lang, args.train, args.valid, args.out, preset=args.preset,
-        vocab_size=args.vocab_size, vocab_kind=args.vocab_kind, max_tokens=args.max_tokens, max_length=args.max_length,
-        steps=args.steps, max_minutes=args.max_minutes, lr=args.lr, warmup=args.warmup,
+        args.source_lang, args.target_lang, args.train, args.dev, args.out, preset=args.preset,
+        vocab_size=args.vocab_size, vocab_kind=args.vocab_kind, max_tokens=args.batch_tokens, max_length=args.max_seq_length,
+        steps=args.steps, max_minutes=args.max_minutes, lr=args.lr,
+        warmup=None if args.warmup is None else int(args.warmup),
         label_smoothing=args.label_smoothing, eval_every=args.eval_every, bleu_sentences=args.bleu_sentences,
         average=args.average, precision=args.precision, seed=args.seed, resume=args.resume,
         report_to=tuple(args.report_to or ()), arch=args.arch, word_vectors=args.word_vectors,

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from .common import HelpFormatter
+from .common import HelpFormatter, renamed
 
 
 def add_command(commands) -> None:
     p = commands.add_parser("word-vectors", formatter_class=HelpFormatter,
                             help="learn static word vectors (GloVe, Pennington et al. 2014) from a corpus")
     p.add_argument("--corpus", required=True, nargs="+", help="text files, folders or glob patterns")
-    p.add_argument("--out", required=True,
+    p.add_argument("--output", required=True,
                    help="the vectors: GloVe's text format, or word2vec's for a name ending .vec (text) or .bin "
-                        "(binary); the run's state goes to OUT.run/")
+                        "(binary); the run's state goes to OUTPUT.run/")
+    renamed(p, "--out", "--output")
     p.add_argument("--dim", type=int, default=300, help="dimensions per vector")
     p.add_argument("--window", type=int, default=10, help="words counted on each side, weighted 1/distance")
     p.add_argument("--min-count", type=int, default=5, help="rarer words get no vector")
@@ -42,9 +43,9 @@ def run(args) -> None:
                            lowercase=not args.cased, x_max=args.x_max, alpha=args.alpha, lr=args.lr,
                            epochs=args.epochs, batch_size=args.batch_size, memory_mb=args.memory_mb,
                            max_minutes=args.max_minutes, seed=args.seed)
-    summary = train_word_vectors(args.corpus, args.out, options, layout=args.layout, resume=args.resume)
+    summary = train_word_vectors(args.corpus, args.output, options, layout=args.layout, resume=args.resume)
     print(f"{summary['words']:,} words, {summary['entries']:,} co-occurrence entries from "
           f"{summary['corpus_words']:,} words of text; {summary['epochs']} epochs "
-          f"({summary['status']}), cost {summary['cost']}, {summary['seconds']} s; vectors in {args.out}")
+          f"({summary['status']}), cost {summary['cost']}, {summary['seconds']} s; vectors in {args.output}")
     if summary["status"] != "done":
-        print(f"--resume continues the run (its state is in {args.out}.run/)")
+        print(f"--resume continues the run (its state is in {args.output}.run/)")
