@@ -24,12 +24,12 @@ UNSEEN = "98-0.txt"  # A Tale of Two Cities
 
 def run(positions: str, minutes: float, out: str, lr: float | None = None) -> dict:
     from bertforge.evaluate_lm import evaluate_lm
-    from bertforge.pretrain import pretrain_with_recipe
+    from bertforge import pretrain
 
     corpus = [os.path.join(DATA, "corpus", "gutenberg", name) for name in NOVELS]
     run_dir = os.path.join(out, positions)
-    result = pretrain_with_recipe(corpus, run_dir, objective="gpt", positions=positions, max_minutes=minutes,
-                                  cache_dir=os.path.join(out, "cache"), quiet=True, lr=lr)
+    result = pretrain(corpus, run_dir, objective="gpt", positions=positions, max_minutes=minutes,
+                      cache_dir=os.path.join(out, "cache"), quiet=True, lr=lr)
     scores = evaluate_lm(os.path.join(run_dir, "model"), [os.path.join(DATA, "corpus", "gutenberg", UNSEEN)],
                          cache_dir=os.path.join(out, "cache"))
     return {"positions": positions, "lr": lr, "steps": result["step"], "perplexity": scores["perplexity"],

@@ -361,7 +361,7 @@ def held_out(pre: dict) -> str:
     if pre["model_type"] == "cove":
         g = pre["glove"]
         return (f"GloVe: {g['words']:,} words, WordSim {g['wordsim']:.2f}, analogies {g['analogies']:.1f}%; "
-                f"translation: validation BLEU {100 * held['bleu']:.1f} (greedy, 200 sentences)")
+                f"translation: validation BLEU {held['bleu']:.1f} (greedy, 200 sentences)")
     if "mlm_loss" in held:
         return f"masked-token loss {held['mlm_loss']:.2f} ({100 * held['mlm_accuracy']:.1f}%)"
     if "forward_loss" in held:

@@ -207,8 +207,9 @@ def _records(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _points(fraction):
-    return None if fraction is None else round(100 * fraction, 2)
+def _points(bleu):
+    """BLEU on sacreBLEU's 0-100 scale, as metrics.jsonl keeps it."""
+    return None if bleu is None else round(bleu, 2)
 
 
 def bleu_curve(records: list[dict]) -> list[dict]:

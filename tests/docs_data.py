@@ -1,6 +1,7 @@
 """The made-up files the docs' commands read: `lay_out` puts tiny versions of everything the pages
-name (a corpus, SST-2, CoNLL, SQuAD, Multi30k, Gutenberg under `../shared/data`) where they name it,
-so that tests/test_docs.py runs every block without the real shared data."""
+name (a corpus, and under `data/` the public datasets docs/data.md fetches: Gutenberg, SST-2,
+CoNLL-2003, SQuAD, Multi30k) where they name it, so that tests/test_docs.py runs every block without
+the network or the real shared data."""
 
 import json
 import os
@@ -56,27 +57,25 @@ def parallel(n: int, lang: str) -> str:
 
 def lay_out(root: Path) -> Path:
     """The scratch folder the README's commands run in: `root/main` (the checkout, the working
-    folder) and `root/shared/data` beside it, both with tiny files at the README's paths."""
-    work, shared = root / "main", root / "shared" / "data"
+    folder) with tiny files at the README's paths, the public datasets under `data/` as
+    docs/data.md's commands lay them out."""
+    work = root / "main"
     files = {
         **{f"corpus/book{i}.txt": prose(i) for i in range(3)},
         "unseen/other.txt": prose(7), "my-domain/notes.txt": prose(8),
-        "SST-2/train.tsv": sst(40), "SST-2/dev.tsv": sst(12), "dev.tsv": sst(12),
         "texts.tsv": "sentence\na good film\nawful acting\n", "corpus.txt": prose(9), "texts.txt": "a good film\nthe king walks\n",
-        "conll/train.txt": conll(12), "conll/valid.txt": conll(4), "test.txt": conll(3),
-        "squad.json": squad(48),
     }
     gutenberg = {name: prose(i + 10) for i, name in enumerate(["158-0.txt", "2701-0.txt", "98-0.txt", "76-0.txt",
                                                                 "pg161.txt"])}
-    shared_files = {**{f"corpus/gutenberg/{k}": v for k, v in gutenberg.items()},
-                    "glue/SST-2/train.tsv": sst(160), "glue/SST-2/dev.tsv": sst(12),
-                    "conll2003/train.txt": conll(12), "conll2003/valid.txt": conll(4),
-                    **{f"multi30k/{split}.{lang}": parallel(count, lang) for split, count in
-                       (("train", 60), ("val", 6), ("test_2016_flickr", 5)) for lang in ("en", "de")}}
-    for base, table in ((work, files), (shared, shared_files)):
-        for name, text in table.items():
-            (base / name).parent.mkdir(parents=True, exist_ok=True)
-            (base / name).write_text(text)
+    data = {**{f"corpus/gutenberg/{k}": v for k, v in gutenberg.items()},
+            "glue/SST-2/train.tsv": sst(160), "glue/SST-2/dev.tsv": sst(12),
+            "conll2003/train.txt": conll(12), "conll2003/valid.txt": conll(4), "conll2003/test.txt": conll(3),
+            "squad/dev-v1.1.json": squad(48),
+            **{f"multi30k/{split}.{lang}": parallel(count, lang) for split, count in
+               (("train", 60), ("val", 6), ("test_2016_flickr", 5)) for lang in ("en", "de")}}
+    for name, text in {**files, **{f"data/{k}": v for k, v in data.items()}}.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
     # Names the README uses for "a model" or "a file of that kind": links to what earlier commands make.
     (work / "runs").mkdir()
     (work / "path" / "to").mkdir(parents=True)

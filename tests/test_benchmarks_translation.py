@@ -61,9 +61,9 @@ def test_peer_batches_keep_the_padded_budget_and_every_pair_once():
 def test_the_bleu_curve_takes_the_minutes_of_the_step_records(tmp_path):
     records = [{"step": 10, "loss": 5.0, "tokens_per_s": 900, "elapsed_s": 30.0},
                {"step": 20, "loss": 4.0, "tokens_per_s": 1000, "elapsed_s": 60.0},
-               {"step": 20, "eval": {"loss": 4.5, "accuracy": 0.2, "bleu": 0.0812}},
+               {"step": 20, "eval": {"loss": 4.5, "accuracy": 0.2, "bleu": 8.12}},
                {"step": 30, "loss": 3.0, "tokens_per_s": 1100, "elapsed_s": 96.0},
-               {"step": 33, "eval": {"loss": 3.5, "accuracy": 0.3, "bleu": 0.1234}}]
+               {"step": 33, "eval": {"loss": 3.5, "accuracy": 0.3, "bleu": 12.34}}]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     curve = translation.bleu_curve(translation._records(str(path)))

@@ -81,22 +81,6 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert f"bertforge serve --model {tmp_path / 'pretrain' / 'model'}" in out  # how to look inside what it trained
 
 
-def test_pretrain_with_recipe_has_the_commands_options_and_defaults():
-    """The demo runs `bertforge pretrain`'s defaults by calling pretrain_with_recipe: the two agree."""
-    import inspect
-
-    from bertforge.cli import build_parser
-    from bertforge.pretrain import pretrain_with_recipe
-
-    command = build_parser()._subparsers._group_actions[0].choices["pretrain"]
-    recurrent = {"bptt", "min_freq", "no_rules", "backwards", "dropout_scale", "sampled_softmax"}  # the CLI's own
-    defaults = {a.dest: a.default for a in command._actions if a.dest not in ("help", "debug", "config", *recurrent)}
-    parameters = inspect.signature(pretrain_with_recipe).parameters
-    assert set(parameters) == {*defaults, "command_line"}
-    assert {name: parameters[name].default for name in defaults if name not in ("corpus", "out")} == \
-        {name: default for name, default in defaults.items() if name not in ("corpus", "out")}
-
-
 def test_plays_become_prose():
     from bertforge.demo import play_to_text
 

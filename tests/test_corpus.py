@@ -164,16 +164,149 @@ def test_an_empty_corpus_is_an_error_and_leaves_no_cache(tmp_path, small_tokeniz
     assert os.listdir(tmp_path / "cache" / "shards") == []
 
 
-def test_held_out_documents_are_at_least_two():
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+def write_books(directory, n_books=5, sentences=800, seed=0):
+    """`n_books` made-up novels, one file each, in paragraphs of five sentences (prose: a file is one document)."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for b in range(n_books):
+        lines = [" ".join(rng.choice(WORDS, size=int(rng.integers(6, 15)))).capitalize() + "."
+                 for _ in range(sentences)]
+        paragraphs = [" ".join(lines[i:i + 5]) for i in range(0, sentences, 5)]
+        (directory / f"book{b}.txt").write_text("\n\n".join(paragraphs) + "\n")
+
+
+def piece_ranges(shards, pieces):
+    """The token range [start, end) of each document of the view `shards`."""
+    bounds = np.asarray(shards.documents)
+    return [(int(shards.sentences[bounds[p]]), int(shards.sentences[bounds[p + 1]])) for p in pieces]
+
+
+def inside(ranges, start, end):
+    return any(a <= start and end <= b for a, b in ranges)
+
+
+@pytest.mark.parametrize("terms", [("mlm", "nsp"), ("mlm",)])
+def test_five_books_hold_out_their_ends_and_train_on_the_rest(tmp_path, small_tokenizer, terms):
+    """Holding out whole documents would keep two of five books (40% of the text) from training;
+    the end of each is held out instead, about 2% of it, cut at a sentence, and no training
+    instance (sentence pair or packed row) reaches into it."""
+    from bertforge.data.batches import PretrainingData
+    from bertforge.data.held_out import describe
+    from bertforge.data.instances import A_END, A_START, B_END, B_START
+
+    write_books(tmp_path / "books")
+    shards = build_shards(str(tmp_path / "books"), small_tokenizer, cache_dir=str(tmp_path / "cache"),
+                          layout="prose", workers=1, progress=False)
+    assert shards.num_documents == 5
+    data = PretrainingData(shards, small_tokenizer, 8, max_seq_length=32, terms=terms)
+    view = data.shards
+    train, held = piece_ranges(view, data.train_documents), piece_ranges(view, data.eval_documents)
+    train_tokens, held_tokens = sum(b - a for a, b in train), sum(b - a for a, b in held)
+    assert train_tokens + held_tokens == shards.num_tokens
+    assert train_tokens >= 0.97 * shards.num_tokens and held_tokens >= 0.015 * shards.num_tokens
+    assert len(train) == len(held) == 5  # each book: its start to train on, its end held out
+    for (a, b), (c, d) in zip(train, held):
+        assert b == c and c in set(np.asarray(shards.sentences).tolist())  # contiguous, cut at a sentence start
+    facts = data.split_facts()
+    assert facts["train_documents"] == 5 and facts["eval_documents"] == 0
+    sentences = facts["held_out"]["sentences"]
+    assert 70 <= sentences <= 90  # 2% of 4,000 sentences
+    share = facts["held_out"]["share"]
+    assert share == pytest.approx(held_tokens / shards.num_tokens, abs=1e-4)
+    assert describe(facts["held_out"]) == \
+        f"held out for evaluation: {100 * share:.1f}% of the text ({sentences} sentences from the ends of 5 documents)"
+
+    instances, pieces = data.epoch_instances(0)
+    if pieces is None:  # sentence pairs: both segments in the training text
+        for row in instances:
+            assert inside(train, row[A_START], row[A_END]) and inside(train, row[B_START], row[B_END])
+        evaluated, _ = data._instances(data.eval_documents, np.random.default_rng(0))
+        assert len(evaluated) and all(inside(held, r[A_START], r[A_END]) and inside(held, r[B_START], r[B_END])
+                                      for r in evaluated)
+    else:  # packed rows: every piece in the training text
+        assert all(inside(train, start, end) for start, end, _ in pieces)
+    assert next(data.eval_batches(1), None) is not None
+
+
+def test_many_small_documents_hold_out_whole_ones_as_before():
+    from bertforge.data.held_out import hold_out
+
+    sizes = np.full(1000, 50)
+    split = hold_out(sizes, 0.02, seed=0, boundaries=lambda d: np.array([0, 20, 50]))
+    held = np.flatnonzero(split.cuts == 0)
+    assert split.whole and len(held) == 20 and split.share == 0.02
+    # the documents the split by document counts chose (a seeded permutation's first 2%)
+    assert held.tolist() == sorted(np.random.default_rng([0, 7]).permutation(1000)[:20].tolist())
+    assert np.all(split.cuts[split.cuts > 0] == 50)  # the rest whole to train on
+    # a few long documents among many small ones are never held out whole
+    sizes = np.concatenate([np.full(2000, 10), [20_000, 30_000]])
+    split = hold_out(sizes, 0.02, seed=1, boundaries=lambda d: np.arange(sizes[d] + 1))
+    assert split.whole and np.all(split.cuts[-2:] == sizes[-2:]) and 0.0175 <= split.share <= 0.0225
+
+
+def test_few_short_documents_hold_out_ends_that_add_up_to_the_share():
     import warnings
 
-    from bertforge.data.batches import split_documents
+    from bertforge.data.held_out import hold_out
 
-    with warnings.catch_warnings(record=True) as caught:
+    # Ten documents of thirty 10-token sentences: one is 10% of the text, too much to hold out whole.
+    sizes = np.full(10, 300)
+    split = hold_out(sizes, 0.02, seed=0, boundaries=lambda d: np.arange(0, 301, 10))
+    assert not split.whole and split.held == 60 and split.share == 0.02 and split.eval_documents == 0
+    # the two last sentences of three documents (a stretch of at least a quarter of the share each)
+    assert sorted(split.cuts.tolist()) == [280] * 3 + [300] * 7 and split.train_documents == 10
+    # forty documents of 2.5% each: two whole ones (5%), as the split by documents held out
+    split = hold_out(np.full(40, 61), 0.02, seed=0, boundaries=lambda d: np.arange(62))
+    assert split.whole and split.held == 122 and split.eval_documents == 2
+    # twelve one-sentence documents: 2% is less than a sentence; the two shortest are held out
+    sizes12 = np.array([40, 35, 42, 38, 41, 36, 39, 40, 37, 44, 33, 40])
+    split = hold_out(sizes12, 0.02, seed=0, boundaries=lambda d: np.array([0, sizes12[d]]))
+    assert split.held == 33 + 35 and split.eval_documents == 2 and split.train_documents == 10
+    with warnings.catch_warnings(record=True) as caught:  # three sentences: nothing to hold out
         warnings.simplefilter("always")
-        train, held = split_documents(3, 0.02, seed=0)
-    assert len(held) == 0 and len(train) == 3 and "no held-out evaluation" in str(caught[0].message)
-    for n, expected in ((4, 2), (50, 2), (100, 2), (1000, 20)):
-        train, held = split_documents(n, 0.02, seed=0)
-        assert len(held) == expected and len(train) == n - expected
-        assert not set(train) & set(held)
+        split = hold_out(np.array([10, 10, 10]), 0.02, seed=0, boundaries=lambda d: np.array([0, 10]))
+    assert split.held == 0 and "no held-out evaluation" in str(caught[0].message)
+    assert hold_out(sizes, 0.0, seed=0, boundaries=lambda d: np.array([0, 300])).held == 0
+
+
+@pytest.mark.parametrize("backwards", [False, True])
+def test_word_streams_of_five_books_hold_out_their_ends(backwards):
+    """A recurrent language model's streams: the last ~2% of each book's words, cut after a
+    sentence's end, the same text whichever way the model reads."""
+    from bertforge.data.streams import LMStreams
+
+    rng = np.random.default_rng(0)
+    end = 1
+    books = [np.concatenate([np.append(rng.integers(5, 50, size=int(rng.integers(6, 15))), end) for _ in range(800)])
+             for _ in range(5)]
+    data = LMStreams(books, batch_size=4, bptt=20, eval_fraction=0.02, backwards=backwards, sentence_ends=(end,))
+    train, held = sum(len(d) for d in data.train_documents), sum(len(d) for d in data.eval_documents)
+    assert train + held == sum(len(b) for b in books) and 0.975 <= train / (train + held) <= 0.985
+    assert len(data.train_documents) == len(data.eval_documents) == 5
+    for book, start, tail in zip(books, data.train_documents, data.eval_documents):
+        start, tail = (start[::-1], tail[::-1]) if backwards else (start, tail)
+        assert np.array_equal(np.concatenate([start, tail]), book) and start[-1] == end
+    facts = data.split_facts()
+    assert facts["train_documents"] == 5 and facts["held_out"]["words"] == held
+
+
+def test_the_run_says_what_it_holds_out(tmp_path):
+    import torch
+    from conftest import tiny_config
+
+    from bertforge.models.objectives import BertPretraining
+    from bertforge.training.trainer import TrainOptions, header
+
+    model, options = BertPretraining(tiny_config()), TrainOptions(out=str(tmp_path), steps=4)
+    held = {"share": 0.049, "tokens": 61_900, "sentences": 1234, "whole_documents": 0, "ended_documents": 5}
+    text = header(model, {"train_documents": 5, "eval_documents": 0, "held_out": held}, options,
+                  torch.device("cpu"), "fp32", 1)
+    assert "data: 5 documents to train on; held out for evaluation: 4.9% of the text (1,234 sentences from the " \
+           "ends of 5 documents), never trained on" in text
+    held = {"share": 0.0, "words": 0, "whole_documents": 0, "ended_documents": 0}
+    text = header(model, {"train_documents": 3, "eval_documents": 0, "held_out": held}, options,
+                  torch.device("cpu"), "fp32", 1)
+    assert "data: 3 documents to train on; nothing held out for evaluation\n" in text

@@ -2,8 +2,8 @@
 
 The pages are read in PAGES's order, as one long document. Their fenced `bash` blocks (continuation
 lines joined, comments dropped) run in order in a scratch folder laid out as the docs assume
-(docs_data.py): tiny made-up data at the paths they name (`corpus/`, `SST-2/train.tsv`,
-`../shared/data/...`, ...), so that nothing here needs the real shared data. `bertforge` lines run
+(docs_data.py): tiny made-up data at the paths they name (`corpus/`, `data/glue/SST-2/train.tsv`,
+`data/multi30k/...`, ...), so that nothing here needs the network or the real shared data. `bertforge` lines run
 in-process through the CLI with their budgets scaled down (pretraining a few steps of the tiny
 preset of its family, fine-tuning a few examples for one epoch); a few shell helpers (`cut`,
 `printf`, `echo` into `bertforge`) run in bash; `torchrun` runs its two processes for real (gloo on
@@ -14,8 +14,9 @@ published ELMo). The `python` blocks run after the commands, each in a fresh int
 folder. The benchmark commands quoted anywhere (`python benchmarks/...`, in a block or inline) are
 parsed by the script's own argument parser. What cannot run here is listed in SKIPPED with the
 reason, and a command that is neither run nor listed fails the test, so a new block cannot go
-unchecked. Relative links must resolve (to a heading, when they name one) and every fence must name
-its language.
+unchecked; a download (`curl` or `wget` of an address off this machine: docs/data.md's) is not run,
+and docs_data.py lays out made-up files where it would put them (`data/...`). Relative links must
+resolve (to a heading, when they name one) and every fence must name its language.
 """
 
 import glob
@@ -39,7 +40,7 @@ from bertforge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 # The pages in reading order: a page's commands may use what the pages before it made.
-PAGES = ("README.md", "docs/install.md", "docs/command-line.md", "docs/pretraining.md", "docs/distributed.md",
+PAGES = ("README.md", "docs/install.md", "docs/data.md", "docs/command-line.md", "docs/pretraining.md", "docs/distributed.md",
          "docs/recipe.md", "docs/bert-family.md", "docs/gpt.md", "docs/ulmfit.md", "docs/elmo.md",
          "docs/translation.md", "docs/cove.md", "docs/finetuning.md", "docs/serving.md", "docs/python.md",
          "docs/reliability.md", "docs/benchmarks.md", "docs/speed.md", "docs/history.md", "docs/architecture.md", "docs/layout.md",
@@ -51,15 +52,39 @@ SKIPPED = {
     "make demo": "builds .venv/ and runs the 3-minute demo; tests/test_cli.py runs `bertforge demo` scaled down",
     "make test": "builds .venv/ and runs the whole suite, this test included",
     "bertforge demo": "3 minutes on the 37 plays; tests/test_cli.py::test_demo_runs_end_to_end runs it for 0.15",
-    "pip install torch==2.13.0": "installs from the network",
     "pip install -e .[test]": "installs from the network",
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu": "installs from the network",
+    "python -m build --wheel": "needs the build package; tests/test_install.py builds the wheel with pip and installs it",
+    "pip install dist/bertforge-0.1.0-py3-none-any.whl[serve,translation,hub]":
+        "installs its extras from the network; tests/test_install.py installs the wheel into a fresh venv",
     "pip install -e .[serve,onnx]": "installs from the network",
     "torchrun --nnodes=2 --nproc_per_node=8 --rdzv-id=job1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 -m "
     "bertforge pretrain --corpus /shared/corpus --out /shared/runs/big --cache-dir /shared/cache --max-minutes 600":
         "needs a second machine; the two-process torchrun line runs, and tests/test_distributed.py checks the ranks",
+    **{f"bertforge {command}": "reads from the Hugging Face Hub; tests/test_hub_datasets.py runs hf: names on a local "
+       "dataset, offline" for command in (
+        "finetune --task sst2 --train hf:nyu-mll/glue:sst2 --dev hf:nyu-mll/glue:sst2 --model runs/mine/model --out "
+        "runs/sst2-hub",
+        "pretrain --corpus hf:wikimedia/wikipedia:20231101.simple --out runs/wiki --max-minutes 60",
+        "train-translation --source-lang de --target-lang en --train hf:wmt/wmt16:de-en@train[:200000] --dev "
+        "hf:wmt/wmt16:de-en --out runs/wmt-de-en --max-minutes 60")},
+    **{f"bertforge {command}": "reads a model from the Hugging Face Hub; tests/test_opus_mt.py runs a Hub name "
+       "(an OPUS-MT model built offline, in a Hub cache laid out by hand) through translate, train-translation "
+       "--init, info and the service" for command in (
+        "translate --model Helsinki-NLP/opus-mt-en-de --input data/multi30k/test_2016_flickr.en --output "
+        "runs/opus.de --reference data/multi30k/test_2016_flickr.de --beam 4",
+        "train-translation --init Helsinki-NLP/opus-mt-en-de --source-lang en --target-lang de --train "
+        "data/multi30k/train --dev data/multi30k/val --out runs/opus-en-de --max-minutes 30",
+        "serve --model Helsinki-NLP/opus-mt-en-de --port 8000",
+        "export --model Helsinki-NLP/opus-mt-en-de --out runs/opus-mt-onnx")},
+    "mkdir -p ../shared && ln -s $PWD/data ../shared/data": "links data/ for the benchmark scripts, which this test "
+                                                            "only parses",
 }
 # Python blocks (by their first line) that are not run, and why.
-SKIPPED_PYTHON: dict[str, str] = {}
+HUB = "downloads from the Hugging Face Hub; docs_data.py lays out made-up files at the paths it writes"
+SKIPPED_PYTHON: dict[str, str] = {"# MRPC in GLUE's layout, from the Hub's copy of GLUE": HUB,
+                                  "# CoNLL-2003 as its 4-column files (word POS chunk NER), from a copy on the "
+                                  "Hugging Face Hub": HUB}
 SHELL_TOOLS = ("cut", "printf", "echo")  # shell lines run in bash (echo ... | bertforge: bertforge in-process)
 OPERATORS = ("|", ">", ">>", "<", "&&", ";")
 
@@ -227,15 +252,17 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
     elif command == "train-translation":
         expected = "cove" if "lstm" in argv else "marian"
         assert saved_model(work / value_of(argv, "--out") / "model")["model_type"] == expected
-        assert re.match(r"done at step 4; validation: \{'loss'", lines[-1]), lines[-1]
+        assert re.match(r"done at step 4 after [\d.]+ minutes; the model is in ", lines[-3]), lines[-3:]
+        assert lines[-2].startswith("validation: loss ") and "BLEU" in lines[-2], lines[-2]
     elif command == "translate":
         given = (work / value_of(argv, "--input")).read_text().splitlines() if "--input" in argv else [argv[-1]]
         written = (work / value_of(argv, "--output")).read_text() if "--output" in argv else out
-        assert written.count("\n") == (len(given) if "--input" in argv else 1), written  # a line each, empty or not
+        per = int(value_of(argv, "--n-best")) if "--n-best" in argv else 1  # K lines each with --n-best K
+        assert written.count("\n") == per * (len(given) if "--input" in argv else 1), written  # empty or not
     elif command == "word-vectors":
         from bertforge.formats.word_vectors import read_vectors
 
-        words, vectors = read_vectors(str(work / value_of(argv, "--out")))
+        words, vectors = read_vectors(str(work / value_of(argv, "--output")))
         assert vectors.shape == (len(words), 8) and len(words) > 10, vectors.shape
         assert re.match(r"[\d,]+ words, [\d,]+ co-occurrence entries", lines[0]), lines
     elif command == "evaluate-lm":
@@ -262,7 +289,8 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
             assert all(len(line.split()) >= 2 for line in lines if line), lines  # a word and its tags
         else:
             written = (work / value_of(argv, "--output")).read_text() if "--output" in argv else out
-            assert all("label" in json.loads(line) for line in written.splitlines()), written
+            # a label per text (classification), tags per word (tagging)
+            assert all({"label", "tags"} & set(json.loads(line)) for line in written.splitlines()), written
     elif command == "embed":
         path = work / value_of(argv, "--output")
         texts = (work / value_of(argv, "--input")).read_text().splitlines()
@@ -294,10 +322,17 @@ def is_benchmark(words: list[str]) -> bool:
     return len(words) > 1 and words[0] == "python" and words[1].startswith("benchmarks/")
 
 
+def downloads(words: list[str]) -> bool:
+    """Whether a command fetches from the network (curl or wget of an address off this machine, as
+    docs/data.md's do): not run, since docs_data.py lays out made-up files where it puts them."""
+    return bool({"curl", "wget"} & set(words)) and any(
+        re.match(r"https?://(?!(127\.0\.0\.1|localhost)[:/])", w) for w in words)
+
+
 def unchecked(commands: list[tuple[str, list[str], str]]) -> list[str]:
     """The commands this test can neither run nor finds in SKIPPED."""
     return [f"{where}: {key}" for where, words, key in commands if key not in SKIPPED and not (
-        words[0] in ("bertforge", "torchrun", "curl", *SHELL_TOOLS) or is_benchmark(words)
+        words[0] in ("bertforge", "torchrun", "curl", *SHELL_TOOLS) or is_benchmark(words) or downloads(words)
         or re.fullmatch(r"\w+=\S+", key))]
 
 
@@ -444,7 +479,7 @@ def run_commands(commands: list[tuple[str, list[str], str]], runner: Runner) -> 
     unique = {}  # a command shown on two pages (the README's overview, a family's page) runs once
     for command in commands:
         unique.setdefault(command[2], command)
-    queue, errors = [c for c in unique.values() if c[2] not in SKIPPED], {}
+    queue, errors = [c for c in unique.values() if c[2] not in SKIPPED and not downloads(c[1])], {}
     while queue:
         waiting = []
         for where, words, key in queue:
@@ -476,6 +511,16 @@ def test_shell_blocks_are_read_as_bash_reads_them_and_a_new_kind_of_command_fail
     assert python_blocks(text) == [(6, "print('not a shell block')")]
     found = [(f"page.md, line {n}", w, " ".join(w)) for n, w in commands]
     assert unchecked(found) == ["page.md, line 12: python tool.py --flag"]
+
+
+def test_downloads_are_recognised_and_the_services_curls_are_not():
+    commands = [split_line(line) for line in (
+        "curl -fL --create-dirs -o data/x.zip https://example.org/x.zip && unzip -o data/x.zip -d data",
+        "for id in 1 2; do wget -O data/$id.txt http://example.org/$id.txt; done",
+        "curl -s 127.0.0.1:8000/embed -d '{}'", "curl -s http://localhost:8000/health", "echo https://example.org")]
+    assert [downloads(words) for words in commands] == [True, True, False, False, False]
+    found = [(f"page.md, line {n}", w, " ".join(w)) for n, w in enumerate(commands[:2], start=1)]
+    assert unchecked(found) == []
 
 
 def test_a_broken_block_fails(tmp_path, monkeypatch, capsys):
@@ -596,3 +641,134 @@ def test_the_layout_page_names_every_module():
     missing = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py")) if p.name != "__init__.py"
                and not {"__pycache__", "cli"} & set(p.parts) and p.name not in named]
     assert not missing, f"docs/layout.md does not name: {missing}"
+
+
+# Provenance: every measured figure names the command, commit, date and machine that made it.
+FIGURE = re.compile("|".join((
+    r"(?<![\w.])\d[\d,]*\.\d+ ?%",  # 30.6%
+    r"(?<![\w.])\d+(?:\.\d+)?x\b",  # 3.2x
+    r"(?<![\w.])\d[\d,]*(?:\.\d+)? ?(?:tokens|sentences|requests|words|pairs|steps)/s\b",  # 491 sentences/s
+    r"(?<![\w.])\d+\.\d+ ?(?:s|ms|min|minutes|seconds|hours)\b",  # 1.0 s, 21.9 minutes
+    r"(?<![\w.])\d[\d,.]* ?(?:[KMG]B|GFLOP)/s\b")))  # 6.4 MB/s, 181 GFLOP/s
+DECIMAL = re.compile(r"(?<![\w.])\d[\d,]*\.\d+(?![\w.])")  # 30.6, 4,575.8; not 4.4M (a size), not v1.1
+VERSION = re.compile(r"\b(?:SQuAD|v|torch|Python|version) ?\d+(?:\.\d+)+(?: / \d+(?:\.\d+)+)?")
+COMMIT = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")  # 838ed64, 7555455
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+MACHINE = re.compile(r"Intel Xeon|AMD EPYC|NVIDIA|\b[AH][1-9]00\b")
+COMMAND = re.compile(r"`(?:python|bertforge|make|CI=true) [^`]*`")
+CITED = "not measured here"  # a section of others' figures (the papers'), said so in its text
+
+
+def sections(text: str) -> list[list[tuple[int, str, bool]]]:
+    """A page cut at its headings (any level): each section's lines as (number, line, inside a fence)."""
+    cut: list[list[tuple[int, str, bool]]] = [[]]
+    fenced = False
+    for number, line in enumerate(text.split("\n"), start=1):
+        fence = line.lstrip().startswith("```")
+        if not fenced and re.match(r"#+ ", line):
+            cut.append([])
+        cut[-1].append((number, line, fenced or fence))
+        fenced ^= fence
+    return cut
+
+
+def paragraphs(section: list[tuple[int, str, bool]]) -> list[list[tuple[int, str]]]:
+    """Its prose paragraphs (a list item starts its own), outside fences and headings."""
+    found: list[list[tuple[int, str]]] = []
+    current: list[tuple[int, str]] = []
+    for number, line, fenced in section:
+        if fenced or not line.strip() or line.startswith("#"):
+            found, current = found + [current] * bool(current), []
+            continue
+        if re.match(r"\s*(?:[-*]|\d+\.) ", line) and current:
+            found, current = found + [current], []
+        current.append((number, line))
+    return found + [current] * bool(current)
+
+
+def is_provenance(paragraph: str, section: list[tuple[int, str, bool]]) -> bool:
+    """A paragraph naming a commit, a date and a machine, in a section that shows the command (a code block
+    or a quoted `python/bertforge/make ...` line) or that says none was recorded."""
+    if not (COMMIT.search(paragraph) and DATE.search(paragraph) and MACHINE.search(paragraph)):
+        return False
+    shown = any(fenced for _, _, fenced in section) or any(COMMAND.search(line) for _, line, _ in section)
+    return shown or "no command recorded" in paragraph
+
+
+def unproven_figures(pages: dict[str, str]) -> list[str]:
+    """Each table of measured figures (a body cell with a decimal number) and each prose line stating a
+    figure (a decimal percentage, a ratio such as 3.2x, a rate per second, a decimal duration) whose
+    section has no provenance paragraph (`is_provenance`) and, for a line, whose paragraph links to no
+    section that has one. Code spans and code blocks are left out: they hold commands and formats."""
+    def has_provenance(section) -> bool:
+        texts = [" ".join(line for _, line in p) for p in paragraphs(section)]
+        return any(is_provenance(t, section) for t in texts) or any(CITED in t for t in texts)
+
+    cut = {page: sections(text) for page, text in pages.items()}
+    proven = {(page, slug(section[0][1].lstrip("#"))): has_provenance(section)  # the anchors links name
+              for page, page_sections in cut.items() for section in page_sections[1:]}
+    problems = []
+    for page, page_sections in cut.items():
+        for section in page_sections:
+            if has_provenance(section):
+                continue
+            lead: list[tuple[int, str]] = []  # the paragraph introducing a list ("...:"); its items share its links
+            for paragraph in paragraphs(section):
+                item = re.match(r"\s*(?:[-*]|\d+\.) ", paragraph[0][1])
+                if not item:
+                    lead = paragraph if paragraph[-1][1].rstrip().endswith(":") else []
+                # code spans (which may run over a line end) are commands and formats, not figures
+                unquoted = re.sub(r"`[^`]*`", lambda m: re.sub(r"[^\n]", " ", m.group()),
+                                  "\n".join(line for _, line in paragraph)).split("\n")
+                for (number, line), bare in zip(paragraph, unquoted):
+                    plain = VERSION.sub("", bare)
+                    if line.lstrip().startswith("|"):
+                        if not re.fullmatch(r"\s*\|[-| :]+\|\s*", line) and DECIMAL.search(plain):
+                            problems.append(f"{page}, line {number}: a table of measured figures without provenance")
+                            break
+                        continue
+                    figure = FIGURE.search(plain)
+                    if not figure:
+                        continue
+                    links = re.findall(r"\]\(([^)\s]*)#([^)\s]+)\)",
+                                       " ".join(text for _, text in paragraph + (lead if item else [])))
+                    here = os.path.dirname(page)
+                    if any(proven.get((os.path.normpath(os.path.join(here, target)) if target else page, anchor))
+                           for target, anchor in links):
+                        continue
+                    problems.append(f"{page}, line {number}: {figure.group()!r} without provenance")
+    return problems
+
+
+def test_every_measured_figure_has_its_provenance():
+    """Every table of measured figures and every line stating one has, in its section, a provenance
+    paragraph in the form of docs/benchmarks.md's "Measured at COMMIT (DATE), the MACHINE ...", beside
+    the command that made it (or "no command recorded"), or links to a section that has one. The rule is
+    checked first on made-up pages, so that it cannot pass by finding nothing."""
+    table = "| model | accuracy |\n|---|---|\n| ours | 30.6 |\n"
+    made_up = {
+        "docs/bare.md": "# Bare\n\n## Speed\n\n" + table + "\nOurs is 3.2x theirs.\n",
+        "docs/proven.md": ("# Proven\n\n## Speed\n\n```bash\npython benchmarks/speed.py\n```\n\n" + table +
+                           "\nMeasured at 667893a (2026-11-24), the 2-core AMD EPYC, torch 2.13.0.\n\n"
+                           "## By hand\n\nA profile: 82.5% in `addmm`.\n\n"
+                           "Measured at 667893a (2026-11-24), the 2-core AMD EPYC; no command recorded.\n"),
+        "README.md": ("# Readme\n\n## Results\n\n- Speed: 3.2x ([speed](docs/proven.md#speed)).\n"
+                      "- Accuracy 30.6% ([bare](docs/bare.md#speed)).\n"),
+    }
+    assert unproven_figures(made_up) == ["docs/bare.md, line 7: a table of measured figures without provenance",
+                                         "docs/bare.md, line 9: '3.2x' without provenance",
+                                         "README.md, line 6: '30.6%' without provenance"]
+    # the provenance line needs all three (commit, date, machine), and a command in its section
+    for missing in ("667893a ", "(2026-11-24)", "AMD EPYC"):
+        page = made_up["docs/proven.md"].replace(missing, "", 1)
+        assert unproven_figures({"docs/proven.md": page}), missing
+    assert unproven_figures({"docs/proven.md": made_up["docs/proven.md"].replace("```bash\npython benchmarks/speed.py"
+                                                                                 "\n```\n", "")})
+    # a list's items share the links of the line that introduces it; code spans are formats, not figures
+    listed = "# Listed\n\nAgainst the targets, on [the table](proven.md#speed):\n- 3.2x\n- 1.5x\n\n`accuracy 91.3%`\n"
+    assert unproven_figures({**made_up, "docs/listed.md": listed})[3:] == []
+    assert unproven_figures({"docs/listed.md": listed.replace("proven.md#speed", "bare.md#speed"), **made_up})[:2] == [
+        "docs/listed.md, line 4: '3.2x' without provenance", "docs/listed.md, line 5: '1.5x' without provenance"]
+    pages = {page: (ROOT / page).read_text() for page in PAGES if page != "docs/cli-reference.md"}  # generated
+    problems = unproven_figures(pages)
+    assert not problems, "figures without their command, commit, date and machine:\n" + "\n".join(problems)

@@ -89,3 +89,37 @@ def test_embedder_equals_sentence_transformers_on_minilm(minilm_dir):
     assert ours.shape == theirs.shape == (4, 384)
     assert np.abs(ours - theirs).max() <= 1e-5
     assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+
+
+def test_a_checkpoint_pretraining_wrote_is_read_without_a_pooler_warning(tmp_path, capsys):
+    """Masked-LM pretraining (the default recipe) saves no pooler. `info` and `embed` never read one,
+    so its absence is no warning there; a model whose head reads the pooler still says it starts fresh."""
+    import warnings
+
+    from conftest import write_corpus
+
+    from bertforge.formats.hf import load_into, read_config
+    from bertforge.pretrain import pretrain
+    from bertforge.tasks import make_task
+    from bertforge.training.trainer import TrainOptions
+
+    write_corpus(tmp_path / "corpus")
+    out = tmp_path / "run"
+    pretrain(str(tmp_path / "corpus"), str(out), preset="bert-tiny", vocab_size=100, max_seq_length=32, batch_size=8,
+             cache_dir=str(tmp_path / "cache"), options=TrainOptions(out=str(out), steps=2, progress=False, lr=1e-3))
+    model = str(out / "model")
+    assert "pooler" not in " ".join(json.loads((out / "model" / "config.json").read_text())["architectures"])
+    (tmp_path / "texts.txt").write_text("alpha beta gamma\ndelta\n")
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["info", "--model", model]) == 0
+        assert main(["embed", "--model", model, "--input", str(tmp_path / "texts.txt"),
+                     "--output", str(tmp_path / "v.npy")]) == 0
+    assert [str(w.message) for w in caught] == []
+    assert "warning" not in capsys.readouterr().err
+    # a classifier fine-tuned from it reads the pooler: that it starts fresh is said
+    task = make_task("sst2")
+    classifier = task.build_model(task.configure(read_config(model), ["negative", "positive"], None))
+    with pytest.warns(UserWarning, match=r"no weights for backbone\.pooler\.dense\.weight"):
+        load_into(classifier, model, new_heads=True, heads=False)  # as finetune starts

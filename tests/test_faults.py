@@ -69,7 +69,7 @@ def numeric_option_cases() -> list[tuple[list[str], str, str]]:
                 required += [action.option_strings[0], action.choices[0] if action.choices else "x"]
         for action in sub._actions:
             rule = COMMAND_RULES.get(name, {}).get(action.dest) or RULES.get(action.dest)
-            if rule is None or action.type not in (int, float):
+            if rule is None or action.type not in (int, float) or action.help == argparse.SUPPRESS:  # old spellings
                 continue
             bad = ["nan", "inf", "-inf"] if action.type is float else []
             step = 1 if rule.integer else 0.5

@@ -26,7 +26,7 @@ def test_a_built_wheel_installs_into_a_fresh_venv_and_its_command_runs(tmp_path)
         names = z.namelist()
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "bertforge/serve/page.html" in names and "bertforge/cli/__init__.py" in names
-    for extra in ("serve", "onnx", "translation", "datasets", "demo", "plot"):
+    for extra in ("serve", "onnx", "translation", "datasets", "hub", "demo", "plot"):
         assert f"Provides-Extra: {extra}" in metadata, extra
     env = tmp_path / "venv"
     venv.create(env, with_pip=False)

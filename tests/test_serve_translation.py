@@ -52,7 +52,7 @@ def model(tmp_path_factory):
     torch.set_num_threads(1)  # a tiny model: a second thread costs more than it gives
     try:
         train_translation("src", "tgt", str(root / "train"), str(root / "valid"), str(root / "run"), preset="mt-tiny",
-                          vocab_size=120, max_tokens=600, steps=600, lr=3e-3, warmup=30, eval_every=600,
+                          vocab_size=120, batch_tokens=600, steps=600, lr=3e-3, warmup=30, eval_every=600,
                           bleu_sentences=20, average=1, save_every=600, precision="fp32", progress=False,
                           overrides={"dropout": 0.0, "attention_dropout": 0.0})
     finally:
@@ -113,7 +113,7 @@ def test_attention_is_the_greedy_translations(model):
     ("/translate", {"text": "red dog " * 300}, {}, 413, "positions"),
     ("/translate/attention", {"text": "red dog runs " * 4}, {"answer_bytes": 20_000}, 413, "--max-answer-mb"),
     ("/translate", b"{not json", {}, 400, "not valid JSON"),
-    ("/translate", {"texts": ["red dog"], "beam": 0}, {}, 422, '"beam" must be at least 1'),
+    ("/translate", {"texts": ["red dog"], "beam": 0}, {}, 422, '"beam" must be an integer >= 1'),
     ("/translate", {"texts": ["red dog"], "beam": 2.5}, {}, 422, '"beam" must be an integer'),
     ("/translate", {"texts": ["red dog"], "length_penalty": "long"}, {}, 422, '"length_penalty" must be a number'),
     ("/translate", b'{"texts": ["red dog"], "length_penalty": NaN}', {}, 422, "finite"),
@@ -166,6 +166,21 @@ def test_the_token_estimate_counts_every_beam(model):
     with client_for(model, tokens=cost.tokens - 1) as client:
         answer = client.post("/translate", json={"text": "red dog runs", "beam": 4}).json()
         assert (answer["requested"], answer["allowed"]) == (cost.tokens, cost.tokens - 1)
+
+
+def test_the_pace_measured_at_start_up(model):
+    """`bertforge serve` times a translation of one 32-word sentence at the widest beam before any
+    request (its tokens as the estimate counts them; the second of two runs), so that the first
+    requests' time is estimated too; a run stopped by its request is not measured."""
+    engine = Engine(model)
+    ticks = iter(range(0, 100, 3))  # each run "takes" 3 s
+    tokens, seconds = engine.translator.measure(8, clock=lambda: next(ticks))
+    assert tokens == engine.translate_cost([" ".join(["a"] * 32)], 8).tokens and seconds == 3
+    with TestClient(create_app(engine, limits=Limits(beam=2), measure=True)) as client:
+        pace = client.get("/info").json()["pace"]
+        assert pace["translate"]["calls"] == 1 and pace["translate"]["ms_per_token"] > 0
+        assert client.post("/translate", json={"text": "red dog"}).status_code == 200
+        assert client.get("/info").json()["pace"]["translate"]["calls"] == 2
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium found (apt-get install chromium; .ci/run installs it)")

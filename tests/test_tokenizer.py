@@ -229,3 +229,94 @@ def test_every_conll_sentence_matches_transformers(shared_data, bert_uncased):
     assert len(texts) == 14041 + 3250
     assert_same(*bert_uncased, texts)
     assert_same(*bert_uncased, texts[:2000], texts[2000:4000], max_length=32)
+
+
+# ---- scripts whose marks are letters ---------------------------------------------------------------
+
+KOREAN = ["현재 한국어 문장을 토큰화합니다", "오늘 날씨가 좋네요", "현재 날씨가 좋습니다", "감사합니다 안녕히 가세요"]
+JAPANESE = ["がぎぐ パピプ ばびぶ", "ざじずぜぞ ガギグ", "がっこう ぱん"]  # kana: no ideographs, no CJK spaces
+DEVANAGARI = ["हिन्दी किताब पढ़ना अच्छा है", "मैं हिन्दी सीख रहा हूँ", "किताब अच्छी है"]
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    """A vocabulary learned on a few lines of Korean, Japanese kana, Devanagari and accented Latin."""
+    texts = (KOREAN + JAPANESE + DEVANAGARI + ["Café naïve Zürich Ünïcödé"]) * 5
+    tokenizer = Tokenizer.train(texts=texts, vocab_size=400, min_frequency=1)
+    directory = tmp_path_factory.mktemp("scripts")
+    tokenizer.save_pretrained(str(directory))
+    return tokenizer, str(directory)
+
+
+def test_korean_japanese_and_devanagari_are_learned_and_decoded_as_written(scripts):
+    tokenizer, _ = scripts
+    assert tokenizer.accents == "latin"
+    pieces = [t.removeprefix("##") for t in tokenizer.backend.get_vocab()]
+    # BERT's stripping would have left 현재 as 5 conjoining jamo (U+1100-U+11FF) and every piece jamo
+    assert not [p for p in pieces if any(0x1100 <= ord(c) <= 0x11FF for c in p)]
+    assert all(unicodedata.is_normalized("NFC", p) for p in pieces)
+    assert "\u304c" in pieces and "\u3099" not in "".join(pieces)  # が whole; no lone voicing mark
+    # Devanagari's vowel signs i (Mc), uu and ai (Mn), virama and nukta (Mn): BERT strips every Mn
+    assert {"\u093f", "\u0942", "\u0948", "\u094d", "\u093c"} <= set("".join(pieces))
+    for text in KOREAN + JAPANESE + DEVANAGARI:
+        e = tokenizer.encode(text)
+        assert tokenizer.unk_id not in e.ids, text
+        assert tokenizer.decode(e.ids) == unicodedata.normalize("NFC", text.lower()), text
+    assert len(tokenizer.decode(tokenizer.encode("현재").ids)) == 2  # two syllables, not five jamo
+    assert tokenizer.tokenize("Café NAÏVE") == ["cafe", "naive"]  # Latin accents stripped, as BERT strips them
+
+
+def test_script_vocabularies_reload_and_load_in_transformers_alike(scripts, tmp_path):
+    tokenizer, directory = scripts
+    texts = KOREAN + JAPANESE + DEVANAGARI + ["Zürich café", "naïve Ünïcödé 현재"]
+    reloaded = Tokenizer.from_pretrained(directory)
+    only_vocab = tmp_path / "only_vocab"
+    only_vocab.mkdir()
+    shutil.copy(os.path.join(directory, "vocab.txt"), only_vocab)
+    from_vocab = Tokenizer.from_pretrained(str(only_vocab))  # the vocabulary tells how it was learned
+    assert reloaded.accents == from_vocab.accents == "latin"
+    expected = [e.ids for e in tokenizer.encode_batch(texts)]
+    assert [e.ids for e in reloaded.encode_batch(texts)] == [e.ids for e in from_vocab.encode_batch(texts)] == expected
+    # transformers reads tokenizer.json as it is (BertTokenizer would rebuild BERT's stripping)
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    assert_same(tokenizer, theirs, texts, list(reversed(texts)))
+
+
+def test_latin_text_is_stripped_exactly_as_bert_strips_it(tmp_path):
+    """The script-aware normalizer against BertTokenizerFast's own, on accented Latin, Greek and
+    Cyrillic, on the same vocabulary."""
+    accented = "àáâãäåāăąçćčďèéêëēėęěìíîïīįıñńňòóôõöøōőùúûüūůűųýÿžźżșțḩẞßÆæŒœǅﬁ İŞĞ ễộ άέήίόύώ ΐ йёї"
+    words = ["café", "naïve", "zürich", "über", "crème", "brûlée", "ångström", "łódź", "ἀθῆναι", "москва", "йогурт",
+             accented, "x\u0301y", "1\u0301", "e\u0301\u0323"]
+    tokenizer = Tokenizer.train(texts=words * 3, vocab_size=300, min_frequency=1, accents="all")
+    tokenizer.save_pretrained(str(tmp_path))
+    os.remove(tmp_path / "tokenizer.json")
+    bert = transformers.BertTokenizerFast.from_pretrained(str(tmp_path))  # BERT's normalizer, from vocab.txt
+    latin = Tokenizer.from_vocab(str(tmp_path / "vocab.txt"), accents="latin")
+    assert latin.accents == "latin" and tokenizer.accents == "all"
+    texts = [" ".join(random.Random(i).sample(words, 5)) for i in range(40)] + [accented, accented.upper()]
+    assert_same(latin, bert, texts)
+    assert_same(tokenizer, bert, texts)
+
+
+def test_tokenizers_saved_with_berts_stripping_load_as_they_were(tmp_path):
+    """A vocabulary learned with BERT's stripping (as every one before the script-aware default, and
+    bert-base-uncased's) keeps it: Korean still reads as the jamo it was learned as."""
+    tokenizer = Tokenizer.train(texts=KOREAN * 5, vocab_size=200, min_frequency=1, accents="all")
+    assert tokenizer.accents == "all"
+    assert any(0x1100 <= ord(c) <= 0x11FF for t in tokenizer.backend.get_vocab() for c in t)
+    tokenizer.save_pretrained(str(tmp_path))
+    assert '"BertTokenizer"' in (tmp_path / "tokenizer_config.json").read_text()
+    back = Tokenizer.from_pretrained(str(tmp_path))
+    assert back.accents == "all"
+    assert [e.ids for e in back.encode_batch(KOREAN)] == [e.ids for e in tokenizer.encode_batch(KOREAN)]
+    assert tokenizer.unk_id not in back.encode(KOREAN[0]).ids
+    assert back.decode(back.encode(KOREAN[0]).ids) == KOREAN[0]  # decode composes the jamo
+    assert tokenizer.backend.normalizer.normalize_str("현재") == unicodedata.normalize("NFD", "현재")
+
+
+def test_bert_uncased_vocabulary_keeps_berts_normalizer(shared_data):
+    from conftest import SHARED
+
+    tokenizer = Tokenizer.from_vocab(os.path.join(SHARED, "bert", "vocab.txt"))
+    assert tokenizer.accents == "all"  # its vocabulary holds jamo, learned on decomposed Hangul

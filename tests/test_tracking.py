@@ -84,7 +84,7 @@ def test_a_missing_tracker_package_is_one_line_before_any_work(tmp_path, capsys,
         argv = pretrain_argv(tmp_path, out, "--steps", "2", "--report-to", "csv", tracker)
     else:  # files that do not exist: the tracker is checked before anything is read
         argv = ["finetune", "--task", "sst2", "--train", str(tmp_path / "t.tsv"), "--dev", str(tmp_path / "d.tsv"),
-                "--model", str(tmp_path), "--out", str(out), "--report-to", tracker]
+                "--model", str(tmp_path / "m"), "--out", str(out), "--report-to", tracker]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err == (f"bertforge: error: --report-to {tracker} needs the {tracker} package: "

@@ -42,7 +42,7 @@ def _train(tmp_path, reverse: bool, steps: int):
     train = _write_task(data, "train", 2000, reverse, seed=1)
     valid = _write_task(data, "valid", 100, reverse, seed=2)
     out = str(tmp_path / "run")
-    summary = train_translation("src", "tgt", train, valid, out, preset="mt-tiny", vocab_size=120, max_tokens=800,
+    summary = train_translation("src", "tgt", train, valid, out, preset="mt-tiny", vocab_size=120, batch_tokens=800,
                                 steps=steps, lr=3e-3, warmup=50, eval_every=steps, bleu_sentences=100, average=2,
                                 save_every=steps // 10, precision="fp32", progress=False,
                                 overrides={"dropout": 0.0, "attention_dropout": 0.0})
@@ -75,7 +75,7 @@ def test_a_tiny_model_learns_to_reverse_through_the_pipeline(reverse_run):
         hyps = translate(loaded.model, loaded.tokenizer, sources, DecodeOptions(beam=beam))
         exact = sum(h == t for h, t in zip(hyps, targets)) / len(targets)
         assert exact > 0.9, (beam, exact, hyps[:3], targets[:3])
-    assert summary["eval"]["bleu"] > 0.9
+    assert summary["eval"]["bleu"] > 90
 
 
 def test_copy_is_learned_from_the_command_line(tmp_path):
@@ -92,6 +92,16 @@ def test_copy_is_learned_from_the_command_line(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((out / "model" / "config.json").read_text())["dropout"] == 0.05  # mt-tiny's is 0.1
+    # BLEU on sacreBLEU's scale everywhere, with its signature; a closing summary, not a dict; a true card
+    scores = json.loads((out / "model" / "eval_results.json").read_text())
+    assert 90 < scores["bleu"] <= 100 and scores["bleu_signature"].startswith("nrefs:1|case:mixed")
+    last = done.stdout.strip().splitlines()[-3:]
+    assert last[0].startswith("done at step 600") and f"the model is in {out / 'model'}" in last[0]
+    assert f"BLEU {scores['bleu']:.2f} (greedy, 50 sentences; nrefs:1" in last[1] and "{" not in done.stdout
+    card = (out / "model" / "README.md").read_text()
+    assert "to translate src to tgt" in card and "2 encoder and 2 decoder layers of" in card
+    assert "AutoModelForSeq2SeqLM" in card and "None" not in card
+    assert "bertforge train-translation --source-lang src --target-lang tgt" in card and "--dropout 0.05" in card
     result = subprocess.run([sys.executable, "-m", "bertforge", "translate", str(out), "--input", valid + ".src",
                              "--reference", valid + ".tgt", "--beam", "3"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
@@ -202,6 +212,54 @@ def test_decoding_equals_transformers_generate(reverse_run):
         assert ours == theirs, (beam, alpha)
 
 
+def test_n_best_lists_and_their_scores_equal_transformers_generate(reverse_run, tmp_path):
+    """`decode_scored`'s k best hypotheses and scores are `generate`'s `num_return_sequences` and
+    `sequences_scores` (summed log-probabilities over length ** alpha); greedy's score is the summed
+    log-probability of its tokens; the command line writes them as n-best lines and with --scores."""
+    from transformers import MarianMTModel
+
+    from bertforge.cli import main
+    from bertforge.translate import decode_scored, pad
+
+    out = os.path.join(reverse_run[0], "model")
+    loaded = load(out)
+    sources = open(reverse_run[1] + ".src", encoding="utf-8").read().splitlines()[:6]
+    source, mask = pad(loaded.tokenizer.encode_batch(sources), loaded.tokenizer.pad_id)
+    hf = MarianMTModel.from_pretrained(out).eval()
+    for beam, alpha in ((4, 1.0), (3, 2.0)):
+        ours = decode_scored(loaded.model, source, mask, DecodeOptions(beam=beam, length_penalty=alpha, max_len_a=0.0,
+                                                                       max_len_b=12))
+        theirs = hf.generate(input_ids=source, attention_mask=mask.long(), early_stopping=True, num_beams=beam,
+                             num_return_sequences=beam, length_penalty=alpha, max_new_tokens=12, do_sample=False,
+                             bad_words_ids=[[loaded.tokenizer.pad_id]], output_scores=True,
+                             return_dict_in_generate=True)
+        for i, hyps in enumerate(ours):
+            assert len(hyps) >= beam and [h[0] for h in hyps] == sorted((h[0] for h in hyps), reverse=True)
+            for j in range(beam):
+                row = theirs.sequences[i * beam + j].tolist()[1:]
+                row = [t for t in (row[:row.index(0)] if 0 in row else row) if t != hf.config.pad_token_id]
+                assert hyps[j][1] == row, (beam, i, j)
+                assert abs(hyps[j][0] - float(theirs.sequences_scores[i * beam + j])) < 1e-4, (beam, i, j)
+    greedy = decode_scored(loaded.model, source, mask, DecodeOptions(beam=1, max_len_a=0.0, max_len_b=12))
+    with torch.no_grad():
+        ids = [hf.config.decoder_start_token_id] + greedy[0][0][1] + [0]
+        logp = torch.log_softmax(hf(input_ids=source[:1], attention_mask=mask[:1].long(),
+                                    decoder_input_ids=torch.tensor([ids[:-1]])).logits.float(), -1)[0]
+    summed = sum(float(logp[t, token]) for t, token in enumerate(ids[1:]))
+    assert abs(greedy[0][0][0] - summed / len(ids[1:])) < 1e-4
+    (tmp_path / "in.txt").write_text("\n".join(sources[:3]) + "\n")
+    assert main(["translate", "--model", out, "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "n"),
+                 "--beam", "4", "--n-best", "3"]) == 0
+    lines = [line.split("\t") for line in (tmp_path / "n").read_text().splitlines()]
+    assert [int(n) for n, _, _ in lines] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert all(float(a[2]) >= float(b[2]) for a, b in zip(lines, lines[1:]) if a[0] == b[0])
+    assert main(["translate", "--model", out, "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "s"),
+                 "--beam", "4", "--scores"]) == 0
+    best = [line.split("\t") for line in (tmp_path / "s").read_text().splitlines()]
+    assert [b[0] for b in best] == [text for n, text, _ in lines[::3]] and all(float(b[1]) < 0 for b in best)
+    assert main(["translate", "--model", out, "--input", str(tmp_path / "in.txt"), "--beam", "2", "--n-best", "3"]) == 2
+
+
 def test_the_tokenizer_loads_in_transformers_with_the_same_ids(reverse_run):
     from transformers import AutoTokenizer
 
@@ -257,7 +315,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     data.mkdir()
     train = _write_task(data, "train", 300, True, seed=5)
     valid = _write_task(data, "valid", 10, True, seed=6)
-    common = dict(preset="mt-tiny", vocab_size=120, max_tokens=300, lr=3e-3, warmup=5, eval_every=6,
+    common = dict(preset="mt-tiny", vocab_size=120, batch_tokens=300, lr=3e-3, warmup=5, eval_every=6,
                   bleu_sentences=4, average=1, precision="fp32", progress=False)
     train_translation("src", "tgt", train, valid, str(tmp_path / "straight"), steps=12, **common)
     train_translation("src", "tgt", train, valid, str(tmp_path / "parts"), steps=6, **common)

@@ -206,6 +206,10 @@ def test_truncated_binary_file(tmp_path):
     write_vectors(str(tmp_path / "v.bin"), ["a", "b"], np.ones((2, 3)))
     data = (tmp_path / "v.bin").read_bytes()
     (tmp_path / "v.bin").write_bytes(data[:-6])
+    with pytest.raises(BertforgeError, match="at least 28 bytes, but the file holds 24 after it: a truncated file"):
+        read_vectors(str(tmp_path / "v.bin"))  # said from its size, before any row is read
+    write_vectors(str(tmp_path / "v.bin"), ["a", "bbbbbbbb"], np.ones((2, 3)))  # longer than the least it may be
+    (tmp_path / "v.bin").write_bytes((tmp_path / "v.bin").read_bytes()[:-6])
     with pytest.raises(BertforgeError, match="ends inside vector 2 of 2"):
         read_vectors(str(tmp_path / "v.bin"))
 

@@ -3,7 +3,8 @@
 `check(name, value)` raises a one-line `BertforgeError` when `value` breaks the rule of the option
 called `name` (its CLI spelling in the message): not a number, not finite, not an integer where one
 is needed, or outside its range. The CLI checks every option it parsed before any work starts; the
-functions of the API check their own arguments with the same rules.
+functions of the API check their own arguments with the same rules, and the service checks a request's
+fields by them too (`problem`, in its own spelling of the name).
 """
 
 from __future__ import annotations
@@ -21,29 +22,32 @@ class Rule:
     above: bool = False  # the low bound is excluded
     below: bool = False  # the high bound is excluded
     integer: bool = False
+    why: str = ""  # the reason for a bound that is a choice rather than a definition, said in the error
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a finite number"
         if self.low is not None and self.high is not None:
-            return f"{kind} in {'(' if self.above else '['}{self.low:g}, {self.high:g}{')' if self.below else ']'}"
-        if self.low is not None:
-            return f"{kind} {'>' if self.above else '>='} {self.low:g}"
-        if self.high is not None:
-            return f"{kind} {'<' if self.below else '<='} {self.high:g}"
-        return kind
+            text = f"{kind} in {'(' if self.above else '['}{self.low:,g}, {self.high:,g}{')' if self.below else ']'}"
+        elif self.low is not None:
+            text = f"{kind} {'>' if self.above else '>='} {self.low:g}"
+        elif self.high is not None:
+            text = f"{kind} {'<' if self.below else '<='} {self.high:,g}"
+        else:
+            text = kind
+        return f"{text} ({self.why})" if self.why else text
 
     def holds(self, value) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
-        if self.integer and not isinstance(value, int) or not math.isfinite(value):
-            return False
+        if isinstance(value, float) and (self.integer or not math.isfinite(value)):
+            return False  # (an int of any size compares exactly with the bounds: never made a float)
         if self.low is not None and (value <= self.low if self.above else value < self.low):
             return False
         return self.high is None or (value < self.high if self.below else value <= self.high)
 
 
-def count(low: int) -> Rule:
-    return Rule(low=low, integer=True)
+def count(low: int, high: int | None = None, why: str = "") -> Rule:
+    return Rule(low=low, high=high, integer=True, why=why)
 
 
 POSITIVE = Rule(low=0, above=True)
@@ -79,23 +83,41 @@ RULES: dict[str, Rule] = {
     "port": Rule(low=1, high=65535, integer=True), "max_batch": count(1), "max_wait_ms": NON_NEGATIVE,
     "max_texts": count(1), "max_tokens": count(1), "batch_tokens": count(1), "max_choices": count(2), "max_beam": count(1),
     "max_answer_mb": POSITIVE,
-    "read_timeout": POSITIVE, "keep_alive": POSITIVE,
+    "read_timeout": POSITIVE, "keep_alive": POSITIVE, "max_request_seconds": POSITIVE,
     "opset": Rule(low=14, high=30, integer=True),
-    # word vectors
-    "dim": count(1), "window": count(1), "min_count": count(1), "max_vocab": count(1), "x_max": POSITIVE,
-    "alpha": POSITIVE, "memory_mb": count(16),
+    # word vectors (each word holds four vectors of --dim numbers in memory: word, context, and their
+    # AdaGrad sums; 200,000 dimensions would be 3 MB a word)
+    "dim": count(1, 4096, why="published GloVe vectors have 50 to 300; each word holds four of them in memory"),
+    "window": count(1), "min_count": count(1), "max_vocab": count(1), "x_max": POSITIVE, "alpha": POSITIVE,
+    "memory_mb": count(16),
+    # recurrent language models and generation (pretrain_recurrent and generate say the rest)
+    "bptt": count(1), "dropout_scale": Rule(low=0, high=10, below=True), "sampled_softmax": count(0),
+    "temperature": Rule(),
+    # translation: training, and decoding (the command line's and the service's alike)
+    "label_smoothing": RATE, "bleu_sentences": count(0), "average": count(1), "min_vector_coverage": PROBABILITY,
+    "beam": count(1), "length_penalty": Rule(low=-10, high=10, why="the penalty is length ** alpha; beyond 10 one "
+                                                                     "length wins whatever the scores"),
+    "max_len_a": Rule(low=0, high=100, why="a translation 100 times its source is past any model's positions"),
+    "max_len_b": count(1, 100_000, why="past any model's positions"),
 }
 # Where one name means different things in two commands.
 COMMAND_RULES = {"fill-mask": {"top_k": count(1)}, "word-vectors": {"epochs": count(1)}}
 
 
+def problem(name: str, value, rule: Rule | None = None) -> str | None:
+    """What is wrong with `value` for option `name` ("must be ..., got ..."), or None if nothing is."""
+    rule = rule or RULES[name]
+    if value is None or rule.holds(value):
+        return None
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+    return f"must be {rule.describe()}, got {shown}"
+
+
 def check(name: str, value, rule: Rule | None = None) -> None:
     """Raise a one-line error unless `value` follows the rule of option `name` (None is "not given")."""
-    if value is None:
-        return
-    rule = rule or RULES[name]
-    if not rule.holds(value):
-        raise BertforgeError(f"--{name.replace('_', '-')} must be {rule.describe()}, got {value!r}")
+    wrong = problem(name, value, rule)
+    if wrong:
+        raise BertforgeError(f"--{name.replace('_', '-')} {wrong}")
 
 
 def check_options(options: dict, command: str | None = None) -> None:
@@ -104,3 +126,56 @@ def check_options(options: dict, command: str | None = None) -> None:
     for name, value in options.items():
         if name in special or name in RULES:
             check(name, value, special.get(name))
+
+
+# Positions of a model's config: the longest published encoders read 8k to 128k tokens; a million is
+# past any of them, and past what attention over one sequence can hold in memory.
+MAX_POSITIONS = 1 << 20
+
+
+def check_model_size(build, config, source: str, device="cpu") -> None:
+    """Refuse, before a model is built, a `config` (read from `source`) whose model cannot be held:
+    positions past `MAX_POSITIONS`, or weights and buffers of more bytes than `device` has free.
+    `build(config)` is counted on torch's meta device (no memory); the error names the config's
+    field behind the largest tensor."""
+    import torch
+
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > MAX_POSITIONS:
+        raise BertforgeError(f"{source}: max_position_embeddings is {positions:,}, more than the {MAX_POSITIONS:,} "
+                             "a model here may have (the longest published ones read 8k to 128k tokens)")
+    try:
+        with torch.device("meta"):
+            model = build(config)
+    except Exception:  # a builder the meta device cannot run: its own allocation says what fails
+        return
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
+    free = free_memory(device)
+    if free is None or needed <= free:
+        return
+    name, largest = max(tensors.items(), key=lambda item: item[1].numel())
+    fields = [k for k, v in vars(config).items() if isinstance(v, int) and not isinstance(v, bool) and v > 1
+              and v in largest.shape]
+    raise BertforgeError(f"{source}: its model needs {needed / 2**30:,.1f} GiB, more than the {free / 2**30:,.1f} GiB "
+                         f"free; its largest tensor {name} {tuple(largest.shape)} comes of "
+                         f"{', '.join(f'{k} {getattr(config, k):,}' for k in fields) or 'its sizes'}")
+
+
+def free_memory(device="cpu") -> int | None:
+    """Bytes free for a model on `device`: the GPU's free memory, or the machine's available memory
+    (Linux's MemAvailable); None where it cannot be read."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -4,8 +4,10 @@ ELMo-style scalar mix of all layers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -92,10 +94,11 @@ class Embedder:
 
     @classmethod
     def load(cls, directory: str, config, device: str | torch.device = "cpu", precision: str = "fp32") -> "Embedder":
-        """A Transformer's encoder (heads in the checkpoint are left out), with the settings of a
-        sentence-transformers directory."""
-        return cls(load_pretrained(directory, device=device, config=config), load_tokenizer(directory, config),
-                   **sentence_transformers_settings(directory), precision=precision)
+        """A Transformer's encoder (heads in the checkpoint are left out, and so is the pooler, which
+        no pooling here reads: a checkpoint without one, as masked-LM pretraining writes, is not
+        warned of), with the settings of a sentence-transformers directory."""
+        return cls(load_pretrained(directory, device=device, config=config, pooler=False),
+                   load_tokenizer(directory, config), **sentence_transformers_settings(directory), precision=precision)
 
     @property
     def states(self) -> int:
@@ -234,6 +237,9 @@ class CoveEmbedder:
     of a text then differ a little from Salesforce's)."""
 
     FEATURES = ("glove", "cove", "glove+cove")
+    # no layers to choose from: CoVe is the encoder's top layer, beside the word vectors it reads
+    LAYERS_REFUSED = ("--layers is for BERT-family and ELMo models; a CoVe model's vectors are its top layer "
+                      "and its word vectors, chosen by --features (glove, cove, glove+cove)")
 
     def __init__(self, model, tokenizer, max_length: int | None = None, precision: str = "fp32"):
         self.model, self.tokenizer, self.max_length = model.eval(), tokenizer, max_length
@@ -258,8 +264,11 @@ class CoveEmbedder:
                features: str = "glove+cove") -> list[np.ndarray] | np.ndarray:
         """Vectors for `texts` as `Embedder.encode` gives them (mean over the words, or `tokens`: one
         per word), of the `features` asked: glove (word_dim wide), cove (2 x the encoder's width) or
-        glove+cove. `layers` is not used: CoVe is the top layer."""
+        glove+cove. `layers` has no choice: CoVe is the top layer ("last"; anything else is refused)."""
         from .translate import pad
+
+        if layers != "last":
+            raise BertforgeError(self.LAYERS_REFUSED)
 
         pooling = pooling or self.pooling
         if pooling not in ("mean", "tokens"):
@@ -342,14 +351,16 @@ def embed(directory: str, texts: list[str], layers: str | int = "last", pooling:
                                                                          max_length, progress=progress)
 
 
-def write_embeddings(path: str, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:
-    """`.npy` for sentence vectors (N, D); `.jsonl`, one object per text; any other name is refused."""
-    check_output(path, "tokens" if isinstance(vectors, list) else None)
-    if path.endswith(".npy"):
+def write_embeddings(path: str | None, vectors, texts: list[str], tokens: list[list[str]] | None = None) -> None:
+    """`.npy` for sentence vectors (N, D); `.jsonl`, one object per text {text, vector[, tokens]};
+    any other name is refused. `path` None: JSON lines on standard output."""
+    if path is not None:
+        check_output(path, "tokens" if isinstance(vectors, list) else None)
+    if path is not None and path.endswith(".npy"):
         with atomic_file(path, "wb") as f:
             np.save(f, vectors)
         return
-    with atomic_file(path) as f:
+    with atomic_file(path) if path is not None else contextlib.nullcontext(sys.stdout) as f:
         for i, text in enumerate(texts):
             record = {"text": text, "vector": np.asarray(vectors[i]).round(6).tolist()}
             if tokens is not None:

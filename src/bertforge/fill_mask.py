@@ -34,9 +34,18 @@ class FillMask:
         """For each `[MASK]` in `text`, the `top_k` most likely tokens with their probabilities."""
         return [[(c["token_str"], c["score"]) for c in mask] for mask in self.fill([text], top_k)[0]]
 
-    def encode(self, text: str):
+    def encode(self, text: str, where: str | None = None):
         """The encoding of `text` cut to the model's positions; an error when it has no `[MASK]`, or
-        one that the cut would drop (its answer would be missing without a word)."""
+        one that the cut would drop (its answer would be missing without a word), naming `where`
+        ("FILE, line N") when given."""
+        try:
+            return self._encode(text)
+        except BertforgeError as e:
+            if where is None:
+                raise
+            raise BertforgeError(f"{where}: {e}") from None
+
+    def _encode(self, text: str):
         limit = self.model.backbone.config.max_length
         mask_id = self.tokenizer.mask_id
         encoding = self.tokenizer.encode(text, max_length=limit)
@@ -51,12 +60,22 @@ class FillMask:
             raise BertforgeError(f"no {MASK} in the text: {shown!r}")
         return encoding
 
-    def fill(self, texts: list[str], top_k: int = 5) -> list[list[list[dict]]]:
+    def fill(self, texts: list[str], top_k: int = 5, batch_size: int = 64,
+             where: list[str | None] | None = None) -> list[list[list[dict]]]:
         """For each text, for each of its `[MASK]`s, the `top_k` candidates as `transformers`'
         `pipeline("fill-mask")` gives them: {"score", "token" (id), "token_str", "sequence" (the
-        text with this mask filled)}. The texts run as one batch."""
+        text with this mask filled)}. Every text is checked first (errors name `where[i]`, its
+        "FILE, line N", when given); then they run `batch_size` at a time."""
         check("top_k", top_k, count(1))
-        encodings = [self.encode(text) for text in texts]
+        check("batch_size", batch_size, count(1))
+        encodings = [self.encode(text, w) for text, w in zip(texts, where or [None] * len(texts))]
+        out = []
+        for start in range(0, len(texts), batch_size):
+            out += self._fill(encodings[start:start + batch_size], top_k)
+        return out
+
+    def _fill(self, encodings: list, top_k: int) -> list[list[list[dict]]]:
+        """`fill` for one batch of encodings."""
         device = self.model.backbone.embeddings.word.weight.device
         batch = {k: v.to(device) for k, v in self.tokenizer.pad(encodings).items()}
         rows, positions = [], []
@@ -70,7 +89,7 @@ class FillMask:
             logits = self.model.mlm_logits(hidden, torch.tensor(positions, device=device))  # (M, V)
             probs = logits.float().softmax(-1)
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        out = [[] for _ in texts]
+        out = [[] for _ in encodings]
         for row, position, values, indices in zip(rows, positions, top.values.tolist(), top.indices.tolist()):
             ids = list(encodings[row].ids)
             column = position % batch["input_ids"].shape[1]
@@ -81,3 +100,20 @@ class FillMask:
                 candidates.append({"score": p, "token": i, "token_str": shown, "sequence": self.tokenizer.decode(ids)})
             out[row].append(candidates)
         return out
+
+
+def read_masked(path: str | None) -> list[tuple[str, str]]:
+    """("FILE, line N", text) for each non-blank line of a text file (standard input when None),
+    each checked to hold a `[MASK]`."""
+    from .tasks.common import read_text
+
+    name = path or "<stdin>"
+    texts = [(f"{name}, line {number}", line.rstrip("\r"))
+             for number, line in enumerate(read_text(path).split("\n"), start=1) if line.strip()]
+    if not texts:
+        raise BertforgeError(f"{name}: no text (one text with {MASK} per line)")
+    for where, text in texts:
+        if MASK not in text:
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            raise BertforgeError(f"{where}: no {MASK} in the text: {shown!r}")
+    return texts

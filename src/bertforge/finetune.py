@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import sys
@@ -11,7 +12,8 @@ import sys
 import torch
 
 from .atomic import atomic_file
-from .checks import check
+from .checks import check_options
+from .config.cove import FEATURES
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .formats import native
@@ -22,83 +24,77 @@ from .paths import check_apart
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .report import header, say
-from .tasks.common import FinetuneData, lm_count, read_text
+from .tasks.common import FinetuneData, lm_count, read_inputs
 from .tasks.tagging import TAGGERS
 from .data.tokenizer import Tokenizer
 from .training.distributed import distributed_setup
-from .training.trainer import TrainOptions, train
+from .replay import run_arguments
+from .training.tracking import check_reporters
+from .training.trainer import TrainOptions
+from .training.trainer import train as train_model
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
 
 
-def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs: float = 3.0, batch_size: int = 32,
-             classifier_dropout: float | None = None, eval_every: int | None = None,
-             options: TrainOptions | None = None, resume: bool = False, lm_weight: float | None = None,
-             max_train_samples: int | None = None, max_eval_samples: int | None = None, crf: bool = False,
-             tagger: str | None = None, command_line: dict | None = None, plan: Plan | None = None,
-             features: str | None = None) -> dict:
-    """Fine-tune the encoder in `model` (any HF BERT-family or GPT-1 directory, an AWD-LSTM for
-    ULMFiT's classifier, or an ELMo biLM whose frozen features feed a task biLSTM) for `task`: a task
-    made by `tasks.make_task`, or its name (`"sst2"`, `"ner"`, `"qa"`, ...) with the default options.
+def finetune(task, train: str, dev: str, model: str, out: str, *, text_column: str | int | None = None,
+             pair_column: str | int | None = None, label_column: str | int | None = None, no_header: bool = False,
+             word_column: int | None = None, tag_column: int | None = None, scheme: str | None = None,
+             crf: bool = False, tagger: str | None = None, max_seq_length: int | None = None,
+             choice_columns: str | list[str] | None = None, prefix_column: str | None = None,
+             doc_stride: int | None = None, max_query_length: int | None = None,
+             max_answer_length: int | None = None, n_best: int | None = None, null_threshold: float | None = None,
+             epochs: float = 3.0, steps: int | None = None, batch_size: int = 32, lr: float | None = None,
+             warmup: float | None = None, schedule: str | None = None, layer_lr_decay: float | None = None,
+             unfreeze_every: int | None = None, classifier_dropout: float | None = None,
+             lm_weight: float | None = None, features: str | None = None, weight_decay: float = 0.01,
+             accum: int = 1, clip: float = 1.0, precision: str = "auto", compile: bool = False,
+             eval_every: int | None = None, max_train_samples: int | None = None,
+             max_eval_samples: int | None = None, max_minutes: float | None = None, patience: int | None = None,
+             log_every: int = 50, seed: int = 42, resume: bool = False, quiet: bool = False,
+             report_to: list[str] | None = None, options: TrainOptions | None = None) -> dict:
+    """`bertforge finetune` from Python: fine-tune the encoder in `model` (any HF BERT-family or
+    GPT-1 directory, an AWD-LSTM for ULMFiT's classifier, an ELMo biLM whose frozen features feed a
+    task biLSTM, or a CoVe model) for `task` on the file `train`, evaluating on `dev`, into `out`.
+    Every keyword is the command's option of the same name (its argparse dest), with the command's
+    default; None is "not given". What is not given follows the model's family (`finetuning_plan`:
+    a peak rate by the encoder's width, ULMFiT's recipe for an AWD-LSTM, ...), as on the command line,
+    and the settings are saved in run_config.json with their sources and the options as given (for
+    `bertforge finetune --config` to replay).
 
-    Evaluates on `dev_file` every epoch (or `eval_every` steps) and keeps the best model by the
-    task's first metric in `out/model`. Returns the trainer's summary with the best dev scores.
-    Without `options`, the peak learning rate follows the encoder's width (`recipe.finetuning_lr`).
-    GPT-1 is fine-tuned through its input transforms (three tokens added to the vocabulary) with
-    the auxiliary LM loss at `lm_weight` (GPT-1's 0.5 unless given; 0 turns it off).
-    `max_train_samples` / `max_eval_samples` keep only the first examples of each file (as
-    `transformers`' example scripts), for quick runs. `crf` (token tagging only) puts a linear-chain
-    CRF over the words' tag scores: trained on whole tag paths, predicting by Viterbi. `tagger`
-    (tagging over an ELMo biLM): "taglm" for TagLM (the LM's states joined inside a two-layer
-    biLSTM tagger with a CRF), "taglm-baseline" for the same tagger without them. `features` (a
-    CoVe model): what its task network reads, "glove", "cove" or "glove+cove" (the default). `command_line`
-    (the CLI's command and options, `replay.run_arguments`) is saved at the top of run_config.json, for
-    `--config` to replay the run; `plan` (`finetuning_plan`), the settings `options` were made from,
-    with their sources.
+    `task`: a name (`"sst2"`, `"ner"`, `"qa"`, ...; the column and length keywords then shape it, as
+    `tasks.make_task`), or a task made by `tasks.make_task`. Evaluates on `dev` every epoch (or
+    `eval_every` steps) and keeps the best model by the task's first metric in `out/model`. GPT-1 is
+    fine-tuned through its input transforms with the auxiliary LM loss at `lm_weight` (GPT-1's 0.5
+    unless given; 0 turns it off). `crf` (token tagging) puts a linear-chain CRF over the words' tag
+    scores; `tagger` (tagging over an ELMo biLM): "taglm" or "taglm-baseline". `features`: over a
+    Transformer, "pooler" or "scalar-mix"; over a CoVe model, what its task network reads ("glove",
+    "cove", "glove+cove"). `options`, the Python API's own: a whole `TrainOptions`, every field taken
+    as given (the rates, budget and logging then come from it alone). Returns the trainer's summary
+    with the best dev scores (`best`) and the metric it was chosen by (`select`).
     """
-    task = _task_options(task, crf, tagger)
-    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("classifier_dropout", classifier_dropout),
-                        ("eval_every", eval_every), ("lm_weight", lm_weight), ("max_train_samples", max_train_samples),
-                        ("max_eval_samples", max_eval_samples)):
-        check(name, value)
-    check_apart(os.path.join(out, "model"), model, train_file, dev_file)  # the best model goes to out/model
-    base = read_config(model)
-    family = family_of(base)
-    family.supports_task(task.family, task.name, model)
-    if family.finetuning_config:  # e.g. ULMFiT's classifier dropouts
-        base = type(base)(**{**base.to_dict(), **family.finetuning_config})
-    if features is not None:
-        if not hasattr(base, "task_features"):
-            raise BertforgeError(f"{model}: --features is for CoVe models (glove, cove, glove+cove), not {base.model_type}")
-        base = type(base)(**{**base.to_dict(), "task_features": features})
+    given = {name: value for name, value in locals().items() if name != "options"}
+    check_options(given, "finetune")
+    check_reporters(report_to)  # a tracker's missing package, before any work
+    cove = features if features in COVE_FEATURES else None  # the CoVe model's; the others are the task's
+    _check_given_once(given, task, options, cove)
+    replayable = isinstance(task, str) and options is None
+    if isinstance(choice_columns, (list, tuple)):  # as the command line gives them
+        given["choice_columns"] = choice_columns = ",".join(choice_columns)
+    task = _task_options(_make_task(task, given, cove), crf, tagger)
+    check_apart(os.path.join(out, "model"), model, train, dev)  # the best model goes to out/model
+    base, family = _base_config(model, task, features, cove)
     if lm_weight and not family.input_transforms:
         raise BertforgeError(f"{model}: the auxiliary LM loss is GPT-1's; this is a {base.model_type} encoder")
     lm_weight = (GPT_LM_WEIGHT if lm_weight is None else lm_weight) if family.input_transforms else 0.0
-    if options is None:
-        plan = finetuning_plan(base)
-        options = TrainOptions(out=out, **plan.values())
+    plan, options = (None, options) if options is not None else _finetuning_options(base, family, given)
     options.out = out
     rank, world, _ = distributed_setup()
     tokenizer = load_tokenizer(model)
     if family.input_transforms:
         tokenizer = tokenizer.with_input_transforms()
-    positions = getattr(base, "max_length", None)  # a recurrent model reads any length
-    if positions and task.max_seq_length > positions:
-        if rank == 0:
-            print(f"max_seq_length {task.max_seq_length} is more than the model's {positions} positions: "
-                  f"using {positions}", file=sys.stderr)
-        task.max_seq_length = positions
-    train_examples = task.read(train_file)[:max_train_samples]
-    names = task.label_names(train_examples)
-    dev_examples = task.read(dev_file)[:max_eval_samples]
-    task.check_labels(dev_examples, names)
     show = options.progress and rank == 0
-    train_features, cut = featurize(task, train_examples, tokenizer, names, "featurising training", show)
-    dev_features, dev_cut = featurize(task, dev_examples, tokenizer, names, "featurising dev", show)
-    for name, n, total in (("training", cut, len(train_examples)), ("dev", dev_cut, len(dev_examples))):
-        if n and rank == 0:
-            print(f"{name}: {task.truncation_message(n, total)}", file=sys.stderr)
-
+    train_examples, dev_examples, names, train_features, dev_features, cut, dev_cut = _read_data(
+        task, base, tokenizer, train, dev, max_train_samples, max_eval_samples, rank, show)
     net, collate = _task_model(task, base, names, classifier_dropout, model, tokenizer, train_features, lm_weight,
                                options.seed)
     data = FinetuneData(train_features, collate, task.length, batch_size, options.seed, rank, world, options.accum)
@@ -114,8 +110,8 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         return task.score(predict_features(task, m, dev_features, None, "evaluating dev", show), dev_features, names,
                           dev_examples)
 
-    run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train_file),
-                  "dev": os.path.abspath(dev_file), "model": os.path.abspath(model), "epochs": epochs,
+    run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train),
+                  "dev": os.path.abspath(dev), "model": os.path.abspath(model), "epochs": epochs,
                   "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
                   "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight,
                   "sources": plan.sources() if plan else None}
@@ -123,15 +119,119 @@ def finetune(task, train_file: str, dev_file: str, model: str, out: str, epochs:
         run_config["crf"] = True
     if task.tagger:
         run_config["tagger"] = task.tagger
-    return train(net, data, options, tokenizer, {**(command_line or {}), **run_config}, resume, evaluator)
+    command_line = run_arguments("finetune", given) if replayable else {}
+    summary = train_model(net, data, options, tokenizer, {**command_line, **run_config}, resume, evaluator)
+    return {**summary, "select": options.select}
+
+
+def _base_config(model: str, task, features: str | None, cove: str | None):
+    """The config of the model to fine-tune, with what fine-tuning changes in it (ULMFiT's classifier
+    dropouts, the CoVe features its task network reads), and its family, checked against the task."""
+    base = read_config(model)
+    family = family_of(base)
+    family.supports_task(task.family, task.name, model)
+    if family.finetuning_config:  # e.g. ULMFiT's classifier dropouts
+        base = type(base)(**{**base.to_dict(), **family.finetuning_config})
+    if features and cove is None and hasattr(base, "task_features"):  # pooler, scalar-mix: a Transformer's
+        raise BertforgeError(f"{model}: --features {features} is for Transformer encoders; a CoVe model's task "
+                             f"network reads {', '.join(COVE_FEATURES)}")
+    if cove is not None:
+        if not hasattr(base, "task_features"):
+            raise BertforgeError(f"{model}: --features is for CoVe models (glove, cove, glove+cove), not {base.model_type}")
+        base = type(base)(**{**base.to_dict(), "task_features": cove})
+    return base, family
+
+
+def _read_data(task, base, tokenizer, train: str, dev: str, max_train: int | None, max_dev: int | None, rank: int,
+               show: bool):
+    """The training and dev examples, their label names, and their features (with how many were cut
+    to the length, said on stderr); the task's length capped at the model's positions."""
+    positions = getattr(base, "max_length", None)  # a recurrent model reads any length
+    if positions and task.max_seq_length > positions:
+        if rank == 0:
+            print(f"max_seq_length {task.max_seq_length} is more than the model's {positions} positions: "
+                  f"using {positions}", file=sys.stderr)
+        task.max_seq_length = positions
+    train_examples = task.read(train)[:max_train]
+    names = task.label_names(train_examples)
+    dev_examples = task.read(dev)[:max_dev]
+    task.check_labels(dev_examples, names)
+    train_features, cut = featurize(task, train_examples, tokenizer, names, "featurising training", show)
+    dev_features, dev_cut = featurize(task, dev_examples, tokenizer, names, "featurising dev", show)
+    for name, n, total in (("training", cut, len(train_examples)), ("dev", dev_cut, len(dev_examples))):
+        if n and rank == 0:
+            print(f"{name}: {task.truncation_message(n, total)}", file=sys.stderr)
+    return train_examples, dev_examples, names, train_features, dev_features, cut, dev_cut
+
+
+COVE_FEATURES = FEATURES  # what a CoVe model's task network reads (finetune's --features over a CoVe model)
+# The keywords that shape a task made from its name: a task object comes with its own.
+TASK_OPTIONS = ("text_column", "pair_column", "label_column", "no_header", "word_column", "tag_column", "scheme",
+                "max_seq_length", "choice_columns", "prefix_column", "doc_stride", "max_query_length",
+                "max_answer_length", "n_best", "null_threshold")
+# The keywords a TrainOptions carries: with `options`, they are its to say.
+TRAINING = ("steps", "lr", "warmup", "schedule", "layer_lr_decay", "unfreeze_every", "weight_decay", "accum", "clip",
+            "precision", "compile", "max_minutes", "patience", "log_every", "seed", "quiet", "report_to")
+
+
+def _check_given_once(given: dict, task, options: TrainOptions | None, cove: str | None) -> None:
+    """Nothing said twice: a task object's own settings, or a whole `options`', not given again as keywords."""
+    defaults = {name: p.default for name, p in inspect.signature(finetune).parameters.items()}
+    for whole, names, what in ((None if isinstance(task, str) else task, TASK_OPTIONS,
+                                "a task object, which has its own: give them to tasks.make_task, or pass the task's name"),
+                               (options, TRAINING, "options=TrainOptions(...), which says them already: put them in "
+                                                   "it, or drop it")):
+        if whole is None:
+            continue
+        twice = [name for name in names if given[name] != defaults[name]]
+        if whole is task and given["features"] and not cove:
+            twice.append("features")
+        if twice:
+            raise BertforgeError(f"{', '.join(twice)}: given with {what}")
+
+
+def _make_task(task, g: dict, cove: str | None):
+    """The task named `task`, shaped by the keywords that shape one (`TASK_OPTIONS`, and `features`
+    unless it is a CoVe model's) as the command makes it; a task object as it is."""
+    if not isinstance(task, str):
+        return task
+    from .tasks import make_task
+
+    return make_task(task, text_column=_column(g["text_column"]), pair_column=_column(g["pair_column"]),
+                     label_column=_column(g["label_column"]), max_seq_length=g["max_seq_length"],
+                     header=False if g["no_header"] else None, tag_column=g["tag_column"],
+                     word_column=g["word_column"], scheme=g["scheme"], doc_stride=g["doc_stride"],
+                     max_query_length=g["max_query_length"], max_answer_length=g["max_answer_length"],
+                     n_best=g["n_best"], null_threshold=g["null_threshold"],
+                     choice_columns=g["choice_columns"].split(",") if g["choice_columns"] else None,
+                     prefix_column=g["prefix_column"], features=None if cove else g["features"])
+
+
+def _finetuning_options(base, family, g: dict) -> tuple[Plan, TrainOptions]:
+    """The run's optimisation, as the command resolves it: the family's recipe (ULMFiT's for an
+    AWD-LSTM, a rate by width for a Transformer) under every option given (`finetuning_plan`), said
+    unless `quiet`, and the TrainOptions of it and the other options in `g` (finetune's keywords)."""
+    plan = finetuning_plan(base, {"lr": g["lr"], "warmup": g["warmup"], "schedule": g["schedule"],
+                                  "layer_decay": g["layer_lr_decay"]})
+    # a recipe of several settings (ULMFiT's) is described whole; a rate alone, when it was not given
+    if not g["quiet"] and (family.gradual_unfreezing or g["lr"] is None):
+        print(family.finetuning_note.format(width=getattr(base, "hidden_size", None),
+                                            **{"layer_decay": 1.0, "schedule": "linear", **plan.values()}), flush=True)
+    options = TrainOptions(
+        out=g["out"], steps=g["steps"], **plan.values(), weight_decay=g["weight_decay"], accum=g["accum"],
+        clip=g["clip"], precision=g["precision"], log_every=g["log_every"], keep=1, seed=g["seed"],
+        progress=not g["quiet"], patience=g["patience"], unfreeze_every=g["unfreeze_every"], compile=g["compile"],
+        max_minutes=g["max_minutes"], report_to=g["report_to"] or ())
+    return plan, options
+
+
+def _column(value):
+    """A column: its name, or its position (an int, or digits as the command line gives them)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else value
 
 
 def _task_options(task, crf: bool, tagger: str | None):
-    """The task (made from its name when a string), with a CRF or TagLM's tagger when asked for."""
-    if isinstance(task, str):
-        from .tasks import make_task
-
-        task = make_task(task)
+    """The task with a CRF or TagLM's tagger when asked for."""
     if crf:
         if task.family != "ner":
             raise BertforgeError(f"a CRF is for token tagging (task ner or tagging), not the {task.name} task")
@@ -341,7 +441,8 @@ def predict(directory: str | list[str], input_file: str | None, output_file: str
             output_format: str | None = None, device: str | torch.device = "cpu", precision: str = "fp32",
             progress: bool = False) -> int:
     """Predictions for every example of `input_file` (standard input, one example per line, when
-    None), written to `output_file` (standard output when None) as JSON lines; for tagging models
+    None; models of single texts also take a plain text file: see `tasks.common.read_inputs`),
+    written to `output_file` (standard output when None) as JSON lines; for tagging models
     optionally as CoNLL columns; for question answering as SQuAD's official prediction JSON.
     The format follows `output_format` or else the output's suffix (.jsonl, .conll for tagging,
     .json for QA); a suffix that says otherwise is an error, never a file named .conll holding JSON.
@@ -353,10 +454,7 @@ def predict(directory: str | list[str], input_file: str | None, output_file: str
     members = load_ensemble(directories, device, precision)
     task, names = members[0][1], label_names_of(members[0][0])
     output_format = _output_format(output_file, output_format, task.family)
-    if input_file is None:
-        examples = task.from_lines([line.rstrip("\r") for line in read_text(None).split("\n") if line.strip()])
-    else:
-        examples = task.read(input_file, with_labels="auto" if task.family == "ner" else False)
+    examples = read_inputs(task, input_file, names)  # the task's layout, or plain text (see read_inputs)
     if not examples:
         raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
     where = output_file or "standard output"

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .checks import check_model_size
 from .data.words import FILE as WORDS_FILE
 from .data.words import WordVocab
 from .errors import BertforgeError
 from .families import Family, family_of, resolve
 from .formats import native
 from .formats.hf import load_pretrained, read_config
+from .hub import model_path
 from .tasks import task_from_config
 from .data.tokenizer import Tokenizer
 
@@ -45,8 +47,11 @@ def load(directory: str, device: str | torch.device = "cpu", model=None, use: st
     encoder of a Transformer: heads in the checkpoint are skipped; a recurrent family's language
     model). `use` (see `families.USES`) is checked first, so that a family without it gets one error
     listing what it supports. `config`: the directory's, when the caller has read it already.
-    `options` go to `model` (e.g. `sentence=None`).
+    `options` go to `model` (e.g. `sentence=None`). `directory` may be a Hugging Face Hub name
+    (`Helsinki-NLP/opus-mt-en-de`, `owner/name@revision`) where no such path exists: the model is read
+    from the Hub's cache, fetched if need be (hub.py).
     """
+    directory = model_path(directory)
     config = config or read_config(directory)
     family = family_of(config)
     if use is not None:
@@ -68,6 +73,9 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
 def read_model(directory: str, config, family: Family, build=None, device: str | torch.device = "cpu",
                **options) -> nn.Module:
     """The weights of `directory` in the model `build(config)` makes, read in the family's format."""
+    default = resolve(family.objectives[0].build) if family.native and not family.checkpoint else None
+    check_model_size(lambda c: (build or default or resolve(family.encoder))(c, **options), config,
+                     os.path.join(directory, "config.json"), device)  # before any memory is taken
     if family.checkpoint:  # a layout of the family's own (MarianMT's); by default its model
         own = resolve(family.checkpoint + ":load_model")
         return own(lambda c: (build or resolve(family.encoder))(c, **options), directory, device, config)
@@ -82,18 +90,40 @@ def load_tokenizer(directory: str, config=None):
     the families that read words (so that its absence is said as such)."""
     config = config or read_config(directory)
     if family_of(config).tokenizer:  # a vocabulary of the family's own (translation's)
-        return resolve(family_of(config).tokenizer).from_pretrained(directory)
+        tokenizer = resolve(family_of(config).tokenizer).from_pretrained(directory)
+        check_vocabulary(tokenizer, config, directory)
+        return tokenizer
     if family_of(config).vocab_kind == "words":
         native.check_words(directory, config)
         return WordVocab.from_pretrained(directory)
     return Tokenizer.from_pretrained(directory)
 
 
+def check_vocabulary(tokenizer, config, directory: str) -> None:
+    """A translation tokenizer's ids are the model's rows, one to one: more would index past the
+    embeddings, fewer leave rows whose tokens decode to nothing (empty translations)."""
+    for field in ("vocab_size", "source_vocab_size"):
+        theirs, ours = getattr(tokenizer, field, None), getattr(config, field, None)
+        if isinstance(theirs, int) and isinstance(ours, int) and theirs != ours:
+            raise BertforgeError(f"{directory}: its tokenizer has {theirs:,} ids where config.json's {field} is "
+                                 f"{ours:,}: not the tokenizer this model was trained with")
+
+
 def count_parameters(directory: str) -> tuple[object, int]:
     """The config of `directory` and how many numbers its model holds (a tied weight once): read from
     the weights file's header for our own format, else from the encoder as loaded."""
     config = read_config(directory)
-    if family_of(config).native or family_of(config).checkpoint:  # a tied weight is stored once
+    family = family_of(config)
+    safetensors = os.path.exists(os.path.join(directory, native.WEIGHTS))
+    if family.native or (family.checkpoint and safetensors):  # a tied weight is stored once
         return config, native.parameter_count(directory)
-    model = load_pretrained(directory, config=config)
+    if family.checkpoint:  # an old upload's pytorch_model.bin (OPUS-MT's)
+        return config, sum(p.numel() for p in read_model(directory, config, family).parameters())
+    import warnings
+
+    # The count includes a pooler the checkpoint lacks (masked-LM pretraining writes none), as the
+    # encoder AutoModel builds has one; a count reads no values, so their fresh start is no concern.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*: no weights for pooler\.")
+        model = load_pretrained(directory, config=config)
     return config, sum(p.numel() for p in model.parameters())

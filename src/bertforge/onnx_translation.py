@@ -3,7 +3,8 @@ seq2seq exports: `encoder_model.onnx` (input_ids, attention_mask -> last_hidden_
 `decoder_model.onnx` (input_ids, encoder_hidden_states, encoder_attention_mask -> logits of every
 position). The decoder recomputes the whole prefix at each step: it has no key/value cache inputs,
 which keeps the file simple at the price of O(T^2) decoding work; `bertforge translate` keeps the
-cache. Each file is checked in onnxruntime against the model before it is written.
+cache. Each file is checked in onnxruntime against the model before it is written, and the two
+replace an earlier export together (a folder swap) or not at all.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import warnings
 import torch
 from torch import nn
 
-from .atomic import atomic_path
+from .atomic import atomic_directory, remove_leftovers
 from .errors import BertforgeError
 from .load import load
 from .paths import check_apart
@@ -61,6 +62,7 @@ def export_translation(directory: str, out: str, opset: int = 18, check: bool = 
     check_apart(out, directory)
     if out.endswith(".onnx"):
         raise BertforgeError(f"{out}: a translation model is exported as two files: give a folder")
+    _check_folder(out)
     model = load(directory, use="onnx").model.eval()
     ids, mask, decoder_ids, states = _samples(model, 2, 9, 5)
     batch, source, target = torch.export.Dim("batch"), torch.export.Dim("source"), torch.export.Dim("target")
@@ -72,22 +74,39 @@ def export_translation(directory: str, out: str, opset: int = 18, check: bool = 
                                {"input_ids": {0: batch, 1: target}, "encoder_hidden_states": {0: batch, 1: source},
                                 "encoder_attention_mask": {0: batch, 1: source}}),
     }
-    os.makedirs(out, exist_ok=True)
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     report = {"inputs": [], "outputs": [], "family": "translation", "max_difference": 0.0}
-    for name, (wrapper, example, inputs, outputs, axes) in parts.items():
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(wrapper, example, dynamo=True, input_names=inputs, output_names=outputs,
-                                        dynamic_shapes=axes, opset_version=opset, external_data=False, optimize=True,
-                                        verbose=False, report=False)
-        with atomic_path(os.path.join(out, name)) as tmp:
-            program.save(tmp)
+    # Both files are written and checked in a new folder that then replaces `out` whole: a kill or a
+    # full disk between the two never leaves an encoder of one model beside a decoder of another.
+    with atomic_directory(out) as tmp:
+        for name, (wrapper, example, inputs, outputs, axes) in parts.items():
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(wrapper, example, dynamo=True, input_names=inputs, output_names=outputs,
+                                            dynamic_shapes=axes, opset_version=opset, external_data=False,
+                                            optimize=True, verbose=False, report=False)
+            program.save(os.path.join(tmp, name))
             if check:
-                report["max_difference"] = max(report["max_difference"], _compare(wrapper, model, tmp, inputs, name))
-        report["inputs"] += [f"{name}:{i}" for i in inputs]
-        report["outputs"] += [f"{name}:{o}" for o in outputs]
+                difference = _compare(wrapper, model, os.path.join(tmp, name), inputs, os.path.join(out, name))
+                report["max_difference"] = max(report["max_difference"], difference)
+            report["inputs"] += [f"{name}:{i}" for i in inputs]
+            report["outputs"] += [f"{name}:{o}" for o in outputs]
     return report
+
+
+FILES = ("encoder_model.onnx", "decoder_model.onnx")
+
+
+def _check_folder(out: str) -> None:
+    """`out` is replaced whole: refuse one that holds anything but an earlier export (what a kill
+    of one left beside it is cleared first)."""
+    remove_leftovers(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise BertforgeError(f"{out}: is not a directory; a translation model is exported as a folder of two files")
+    others = sorted(set(os.listdir(out)) - set(FILES)) if os.path.isdir(out) else []
+    if others:
+        raise BertforgeError(f"{out}: holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}, not only "
+                             "an earlier export, and the export replaces the folder whole; name a new folder")
 
 
 def _compare(wrapper: nn.Module, model, path: str, inputs: list[str], name: str) -> float:
@@ -100,7 +119,7 @@ def _compare(wrapper: nn.Module, model, path: str, inputs: list[str], name: str)
         raise BertforgeError("checking the ONNX file needs onnxruntime: pip install 'bertforge[onnx]' "
                              "(or --no-check)") from None
     ids, mask, decoder_ids, states = _samples(model, 3, 11, 7)
-    args = (ids, mask) if name.startswith("encoder") else (decoder_ids, states, mask)
+    args = (ids, mask) if os.path.basename(name).startswith("encoder") else (decoder_ids, states, mask)
     with torch.no_grad():
         ours = wrapper(*args)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -108,5 +127,5 @@ def _compare(wrapper: nn.Module, model, path: str, inputs: list[str], name: str)
     theirs = torch.from_numpy(theirs)
     if not torch.allclose(ours, theirs, atol=ATOL, rtol=RTOL):
         raise BertforgeError(f"{name}: onnxruntime's outputs differ from the model's by "
-                             f"{float((ours - theirs).abs().max()):.2e}; not written")
+                             f"{float((ours - theirs).abs().max()):.2e}; neither file was written")
     return float((ours - theirs).abs().max())

@@ -3,6 +3,7 @@ for BERT, its descendants and GPT, by objective name (`families.objective_names(
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from .atomic import atomic_directory
-from .checks import check
+from .checks import check_options
 from .data.batches import MaskingOptions, PretrainingData
 from .data.corpus import corpus_sentences, find_files
 from .data.shards import build_shards, shard_key
@@ -22,9 +23,11 @@ from .families import FAMILIES, Family, Objective, resolve
 from .families import objective as find_objective
 from .plan import Plan
 from .recipe import pretraining_plan, vocabulary_size
+from .replay import run_arguments
 from .data.tokenizer import KINDS, Tokenizer
 from .training.checkpoints import latest_checkpoint
 from .training.distributed import distributed_setup
+from .training.tracking import check_reporters
 from .training.trainer import TrainOptions, train
 
 
@@ -40,60 +43,188 @@ def masking_options(name: str, **given) -> MaskingOptions:
     return MaskingOptions(**{**find_objective(name)[1].masking, **{k: v for k, v in given.items() if v is not None}})
 
 
-def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None = None, vocab_size: int | None = None,
-             lowercase: bool = True, max_seq_length: int = 128, batch_size: int | None = None,
-             short_seq_prob: float = 0.1, masking: MaskingOptions | None = None, layout: str = "auto",
+def pretrain(corpus, out: str, *, objective: str = "bert", preset: str | None = None, recipe: str = "small-budget",
+             positions: str | None = None, layer_norm: str | None = None, generator_fraction: float = 0.25,
+             tokenizer: str | None = None, init: str | None = None, vocab_size: int | None = None,
+             cased: bool = False, vocab_kind: str | None = None, steps: int | None = None,
+             max_minutes: float | None = None, resume: bool = False, max_seq_length: int = 128,
+             batch_size: int | None = None, short_seq_prob: float = 0.1, layout: str = "auto",
              text_field: str = "text", cache_dir: str | None = None, eval_fraction: float = 0.02,
-             resume: bool = False, options: TrainOptions | None = None, model_overrides: dict | None = None,
-             objective: str = "bert", generator_fraction: float = 0.25, vocab_kind: str | None = None,
-             recipe: str = "small-budget", positions: str | None = None, dropout: float | None = None,
-             init: str | None = None, command_line: dict | None = None, layer_norm: str | None = None,
-             plan: Plan | None = None) -> dict:
-    """Pretrain an encoder with `objective` (a name of `families.objective_names()`: bert, roberta, span, albert,
-    electra, modernbert; or GPT-1's decoder with gpt) on `corpus` (files, folders, globs) and write it under `out`.
+             mask_prob: float | None = None, replace_prob: float | None = None, random_prob: float | None = None,
+             whole_word: bool = False, masking: str | MaskingOptions | None = None, lr: float | None = None,
+             beta2: float | None = None, warmup: float | None = None, dropout: float | None = None,
+             schedule: str | None = None, weight_decay: float = 0.01, accum: int = 1, clip: float | None = None,
+             precision: str = "auto", compile: bool = False, seed: int = 0, bptt: int | None = None,
+             min_count: int = 2, no_rules: bool = False, backwards: bool = False, dropout_scale: float = 1.0,
+             sampled_softmax: int | None = None, log_every: int = 10, eval_every: int = 200, eval_batches: int = 20,
+             save_every: int = 500, keep: int = 2, quiet: bool = False, report_to: list[str] | None = None,
+             options: TrainOptions | None = None, model_overrides: dict | None = None) -> dict:
+    """`bertforge pretrain` from Python: pretrain `objective` (a name of `families.objective_names()`:
+    bert, roberta, span, albert, electra, modernbert, gpt; or the recurrent awd-lstm and elmo, which
+    go to `pretrain_recurrent`) on `corpus` (files, folders, globs) into `out`. Every keyword is the
+    command's option of the same name (its argparse dest), with the command's default; None is "not
+    given". What is not given is resolved as the command resolves it (`settings_plan`): the recipe's
+    values at the size the budget (`steps`, `max_minutes`: at least one) picks, a continued
+    checkpoint's (`init`), a resumed run's. The settings are printed with where they came from
+    (unless `quiet`) and saved in run_config.json with their sources and the options as given (its
+    "command" and "args", which `bertforge pretrain --config` replays). Returns the trainer's summary.
 
     The tokenizer is, in order: the one saved with the checkpoint being resumed, the HF directory
     `tokenizer`, or a new vocabulary of `vocab_size` (default: by the corpus's size, see
     `recipe.vocabulary_size`) learned on the corpus, of `vocab_kind` (`tokenizer.KINDS`; default
-    GPT-1's `</w>` BPE for gpt, WordPiece for the others).
+    GPT-1's `</w>` BPE for gpt, WordPiece for the others). `init` continues pretraining an existing
+    HF checkpoint of the objective's family (domain adaptation): its tokenizer, config and weights,
+    a fresh optimizer, and the heads it lacks started fresh; a sentence-pair term (NSP, SOP) is
+    dropped when it has no head for it.
 
-    `init` continues pretraining an existing HF checkpoint of the objective's family (domain
-    adaptation): its tokenizer, config and weights, a fresh optimizer, and the heads it lacks
-    started fresh; a sentence-pair term (NSP, SOP) is dropped when it has no head for it. `preset`
-    and `positions` are then the checkpoint's, and the learning rate defaults to the fine-tuning
-    rate of its width (`recipe.finetuning_lr`).
-
-    `preset` defaults to a size that suits the budget (`recipe.default_preset`). `recipe` (see
-    `recipe.RECIPES`) gives every other default not passed: `positions` ("rotary" trains a
-    RoFormer, BERT with rotary positions, for the objectives bert and span; "absolute" BERT's
-    learned position table), `dropout` (while pretraining only: the saved config keeps the
-    preset's, for fine-tuning), and without `options` or `masking` the learning rate, warm-up,
-    betas and masking rate. `batch_size` defaults to the objective's. `command_line` (the CLI's
-    command and options, `replay.run_arguments`) is saved at the top of run_config.json, for `--config`
-    to replay the run. `plan` (`settings_plan`) replaces all the defaults above when the caller has
-    resolved them already, as `pretrain_with_recipe` has. Returns the trainer's summary.
+    Two keywords are the Python API's own: `options`, a whole `TrainOptions` whose every field is
+    taken as given (the budget, rates and logging then come from it alone; the plan still fills
+    preset, positions, dropout and masking), and `model_overrides`, config fields set on the new
+    model. `masking` may also be a whole `MaskingOptions`, taken as given.
     """
+    given = {name: value for name, value in locals().items() if name not in PYTHON_ONLY}
+    corpus = [os.fspath(corpus)] if isinstance(corpus, (str, os.PathLike)) else [os.fspath(c) for c in corpus]
+    given["corpus"] = corpus
+    check_options(given, "pretrain")
+    check_reporters(report_to)  # a tracker's missing package, before any work
+    _check_budget_and_options(given, options, masking)
+    # The options as given, saved for `--config` to replay: when every setting is one an option can say.
+    replayable = options is None and not isinstance(masking, MaskingOptions) and not model_overrides
+    command_line = run_arguments("pretrain", given) if replayable else None
     family, record = find_objective(objective)
-    if family.pipeline != "subword":
-        raise BertforgeError(f"{objective} is a word-level recurrent language model: call "
-                             "bertforge.pretrain_recurrent (the CLI's pretrain --objective takes both)")
-    for name, value in (("vocab_size", vocab_size), ("max_seq_length", max_seq_length), ("batch_size", batch_size),
-                        ("short_seq_prob", short_seq_prob), ("eval_fraction", eval_fraction),
-                        ("generator_fraction", generator_fraction), ("dropout", dropout)):
-        check(name, value)
+    if family.pipeline == "word":
+        return _pretrain_recurrent(given, options, model_overrides, command_line)
+    _check_subword_options(given, family, record)
+    plan, options, masking = resolve_run(given, options, masking)
+    if not quiet and options.progress:
+        print(settings_line(plan, record, init), flush=True)
+    return _pretrain(corpus, out, plan, options, masking, objective=objective, generator_fraction=generator_fraction,
+                     tokenizer=tokenizer, init=init, vocab_size=vocab_size, lowercase=not cased, vocab_kind=vocab_kind,
+                     max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, layout=layout,
+                     text_field=text_field, cache_dir=cache_dir, eval_fraction=eval_fraction, resume=resume,
+                     model_overrides=model_overrides, command_line=command_line)
+
+
+# The keywords of `pretrain` that are not options of the command.
+PYTHON_ONLY = ("options", "model_overrides")
+# The options of the recurrent objectives alone (see `_pretrain_recurrent`).
+RECURRENT = ("bptt", "min_count", "no_rules", "backwards", "dropout_scale", "sampled_softmax")
+# The options a TrainOptions carries: with `options`, they are its to say.
+TRAINING = ("steps", "max_minutes", "lr", "beta2", "warmup", "schedule", "weight_decay", "accum", "clip",
+            "precision", "compile", "seed", "log_every", "eval_every", "eval_batches", "save_every", "keep", "quiet",
+            "report_to")
+MASKING = ("mask_prob", "replace_prob", "random_prob", "whole_word")
+
+
+PRETRAIN_DEFAULTS = {name: p.default for name, p in inspect.signature(pretrain).parameters.items()
+                     if p.default is not inspect.Parameter.empty}
+
+
+def _check_budget_and_options(given: dict, options: TrainOptions | None, masking) -> None:
+    """A budget is given, and nothing twice: with a whole `options` (or `masking`), the keywords
+    that it carries are left at their defaults."""
+    if options is None and given["steps"] is None and given["max_minutes"] is None:
+        raise BertforgeError("give a budget: --steps, --max-minutes, or both")
+    for whole, names, what in ((options, TRAINING, "options"), (masking, MASKING, "masking")):
+        if whole is None or what == "masking" and not isinstance(whole, MaskingOptions):
+            continue
+        twice = [name for name in names if given[name] != PRETRAIN_DEFAULTS[name]]
+        if twice:
+            raise BertforgeError(f"{', '.join(twice)}: given with {what}={type(whole).__name__}(...), which says "
+                                 f"them already; put them in it, or drop it")
+
+
+def _check_subword_options(given: dict, family: Family, record: Objective) -> None:
+    """The options given are ones the objective of BERT's family (or GPT-1) takes."""
+    objective, preset = record.name, given["preset"]
+    wrong = [f"--{name.replace('_', '-')}" for name in RECURRENT if given[name] != PRETRAIN_DEFAULTS[name]]
+    if wrong:
+        raise BertforgeError(f"{', '.join(wrong)}: for the recurrent objectives (awd-lstm, elmo), not {objective}")
+    if preset and preset not in family.presets:
+        raise BertforgeError(f"--preset {preset} is not a size for --objective {objective}; choose one of "
+                             f"{', '.join(sorted(family.presets))}")
+    if given["layer_norm"] and len(family.layer_norms) < 2:
+        raise BertforgeError(f"--layer-norm is GPT's choice: not for --objective {objective}")
+    chosen = [f"--{name.replace('_', '-')}" for name in ("mask_prob", "masking", *MASKING[1:])
+              if given[name] not in (None, False)]
+    if not record.masks and chosen:
+        raise BertforgeError(f"{family.describe} predicts every next token and masks nothing: drop {', '.join(chosen)}")
+
+
+def resolve_run(given: dict, options: TrainOptions | None = None,
+                masking: str | MaskingOptions | None = None) -> tuple[Plan, TrainOptions, MaskingOptions]:
+    """What a pretraining run with the options `given` (`pretrain`'s keywords) does: its settings
+    (`settings_plan`), its TrainOptions and its masking; a whole `options` or `masking` taken as given."""
+    g = given
+    settings = {"recipe": g["recipe"], "preset": g["preset"], "positions": g["positions"], "layer_norm": g["layer_norm"],
+                "lr": g["lr"], "warmup": g["warmup"], "betas": None if g["beta2"] is None else (0.9, g["beta2"]),
+                "dropout": g["dropout"], "schedule": g["schedule"], "mask_prob": g["mask_prob"],
+                "batch_size": g["batch_size"], "clip": g["clip"]}
+    if options is not None:  # every field of a TrainOptions counts as given
+        settings.update(lr=options.lr, warmup=options.warmup, betas=options.betas, schedule=options.schedule,
+                        clip=options.clip)
+    if isinstance(masking, MaskingOptions):
+        settings["mask_prob"] = masking.mask_prob
+    plan = settings_plan(g["objective"], settings, init=g["init"], resume=g["resume"], out=g["out"],
+                         max_minutes=options.max_minutes if options else g["max_minutes"])
+    if options is None:
+        options = TrainOptions(
+            out=g["out"], steps=g["steps"], max_minutes=g["max_minutes"], lr=plan["lr"], betas=plan["betas"],
+            warmup=plan["warmup"], schedule=plan["schedule"], weight_decay=g["weight_decay"], accum=g["accum"],
+            clip=plan["clip"], precision=g["precision"], log_every=g["log_every"], eval_every=g["eval_every"],
+            eval_batches=g["eval_batches"], save_every=g["save_every"], keep=g["keep"], seed=g["seed"],
+            progress=not g["quiet"], compile=g["compile"], report_to=g["report_to"] or ())
+    if not isinstance(masking, MaskingOptions):
+        masking = masking_options(g["objective"], mask_prob=plan["mask_prob"], replace_prob=g["replace_prob"],
+                                  random_prob=g["random_prob"], whole_word=g["whole_word"] or None, scheme=masking)
+    return plan, options, masking
+
+
+def _pretrain_recurrent(given: dict, options: TrainOptions | None, model_overrides: dict | None,
+                        command_line: dict | None) -> dict:
+    """`pretrain` of a word-level recurrent language model (AWD-LSTM, ELMo): the options of BERT's
+    family refused, the objective's and stage's optimisation (`pretrain_recurrent.default_options`)
+    under those given, then `pretrain_recurrent`."""
+    from .pretrain_recurrent import default_options, pretrain_recurrent
+
+    objective = given["objective"]
+    subword = [f"--{name.replace('_', '-')}" for name in (
+        "mask_prob", "masking", "whole_word", "replace_prob", "random_prob", "positions", "layer_norm", "tokenizer",
+        "vocab_kind", "dropout", "cased") if given[name] not in (None, False)]
+    if model_overrides:
+        subword.append("model_overrides")
+    if subword:
+        raise BertforgeError(f"{', '.join(subword)}: not for --objective {objective} (a word-level LSTM "
+                             "language model; see the recurrent options)")
+    sizes = find_objective(objective)[0].presets
+    if given["preset"] and given["preset"] not in sizes:
+        raise BertforgeError(f"--preset {given['preset']} is not a size for --objective {objective}; choose one of "
+                             f"{', '.join(sizes)}")
+    g = given
+    options = options or default_options(
+        g["out"], g["init"], objective, lr=g["lr"], warmup=g["warmup"], schedule=g["schedule"], clip=g["clip"],
+        betas=None if g["beta2"] is None else (0.8, g["beta2"]), steps=g["steps"], max_minutes=g["max_minutes"],
+        weight_decay=g["weight_decay"], accum=g["accum"], precision=g["precision"], log_every=g["log_every"],
+        eval_every=g["eval_every"], eval_batches=g["eval_batches"], save_every=g["save_every"], keep=g["keep"],
+        seed=g["seed"], progress=not g["quiet"], compile=g["compile"], report_to=g["report_to"] or ())
+    return pretrain_recurrent(
+        g["corpus"], g["out"], objective, preset=g["preset"], init=g["init"], vocab_size=g["vocab_size"] or 60000,
+        min_freq=g["min_count"], rules=not g["no_rules"], bptt=g["bptt"], batch_size=g["batch_size"],
+        layout=g["layout"], text_field=g["text_field"], eval_fraction=g["eval_fraction"], resume=g["resume"],
+        options=options, backwards=g["backwards"], dropout_scale=g["dropout_scale"],
+        sampled_softmax=g["sampled_softmax"], command_line=command_line)
+
+
+def _pretrain(files, out: str, plan: Plan, options: TrainOptions, masking: MaskingOptions, *, objective: str,
+              generator_fraction: float, tokenizer: str | None, init: str | None, vocab_size: int | None,
+              lowercase: bool, vocab_kind: str | None, max_seq_length: int, short_seq_prob: float, layout: str,
+              text_field: str, cache_dir: str | None, eval_fraction: float, resume: bool,
+              model_overrides: dict | None, command_line: dict | None) -> dict:
+    """The run `pretrain` resolved: its `plan` (`settings_plan`), training `options` and `masking`."""
+    family, record = find_objective(objective)
     check_apart(os.path.join(out, "model"), init)  # the model is written to out/model
     start, terms = continued(init, objective, tokenizer) if init else (None, record.terms)
     saved = _saved_run_config(out) if resume else None
-    if plan is None:  # called from Python: the arguments given, on top of the recipe
-        given = {"preset": preset, "recipe": recipe, "positions": positions, "dropout": dropout,
-                 "layer_norm": layer_norm, "batch_size": batch_size}
-        if options is not None:
-            given.update(lr=options.lr, warmup=options.warmup, betas=options.betas, schedule=options.schedule,
-                         clip=options.clip)
-        if masking is not None:
-            given["mask_prob"] = masking.mask_prob
-        plan = settings_plan(objective, given, init=init, resume=resume, out=out,
-                             max_minutes=options.max_minutes if options else None)
     preset, positions, dropout, batch_size = plan["preset"], plan["positions"], plan["dropout"], plan["batch_size"]
     layer_norm = plan.get("layer_norm") or family.layer_norms[0]
     if vocab_kind is not None and (tokenizer or init or resume):
@@ -102,11 +233,8 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
     vocab_kind = vocab_kind or family.vocab_kind
     if vocab_kind not in KINDS:
         raise BertforgeError(f"unknown vocabulary kind {vocab_kind!r}; choose one of {', '.join(KINDS)}")
-    options = options or TrainOptions(out=out, lr=plan["lr"], warmup=plan["warmup"], betas=plan["betas"],
-                                      schedule=plan["schedule"], clip=plan["clip"])
     options.out = out
-    masking = masking or masking_options(objective, mask_prob=plan["mask_prob"])
-    files = find_files(corpus)
+    files = find_files(files)
     run_config = {
         "objective": objective, "corpus": [os.path.abspath(f) for f in files], "preset": preset,
         "generator_fraction": generator_fraction if record.generator else None, "max_seq_length": max_seq_length,
@@ -136,8 +264,7 @@ def pretrain(corpus, out: str, preset: str | None = None, tokenizer: str | None 
         for sub, part in parts(model).items():  # ELECTRA: the discriminator, and its generator/
             load_into(part, os.path.join(init, sub) if sub else init, new_heads=True)
     set_dropout(model, dropout)
-    facts = {"model": config.to_dict(), "shards": shards.directory,
-             "train_documents": len(data.train_documents), "eval_documents": len(data.eval_documents)}
+    facts = {"model": config.to_dict(), "shards": shards.directory, **data.split_facts()}
     return train(model, data, options, tok, {**(command_line or {}), **run_config, **facts}, resume)
 
 
@@ -210,68 +337,6 @@ def _run_tokenizer(out: str, files: list[str], given: str | None, resume: bool, 
             tok.save_pretrained(tmp)
     _barrier(world)
     return Tokenizer.from_pretrained(tokenizer_dir)
-
-
-def pretrain_with_recipe(corpus, out: str, *, objective: str = "bert", preset: str | None = None,
-                         recipe: str = "small-budget", positions: str | None = None, layer_norm: str | None = None,
-                         generator_fraction: float = 0.25, tokenizer: str | None = None, init: str | None = None,
-                         vocab_size: int | None = None, cased: bool = False, vocab_kind: str | None = None,
-                         steps: int | None = None, max_minutes: float | None = None, resume: bool = False,
-                         max_seq_length: int = 128, batch_size: int | None = None, short_seq_prob: float = 0.1,
-                         layout: str = "auto", text_field: str = "text", cache_dir: str | None = None,
-                         eval_fraction: float = 0.02, mask_prob: float | None = None, replace_prob: float | None = None,
-                         random_prob: float | None = None, whole_word: bool = False, masking: str | None = None,
-                         lr: float | None = None, beta2: float | None = None, warmup: float | None = None,
-                         dropout: float | None = None, schedule: str | None = None, weight_decay: float = 0.01,
-                         accum: int = 1, clip: float | None = None, precision: str = "auto", compile: bool = False,
-                         seed: int = 0, log_every: int = 10, eval_every: int = 200, eval_batches: int = 20,
-                         save_every: int = 500, keep: int = 2, quiet: bool = False,
-                         report_to: list[str] | None = None, command_line: dict | None = None) -> dict:
-    """`bertforge pretrain` of a BERT-family objective or GPT-1, from Python: the options are the
-    command's, under its names and with its defaults (None: not given). `settings_plan` fills in
-    what was not given (the recipe's defaults at the size the budget picks, a continued checkpoint's,
-    a resumed run's); the settings are printed with where they came from (unless `quiet`), then
-    `pretrain` runs on them, and how it ended is printed. Returns its summary. The CLI's pretrain command and the demo call it."""
-    family, record = find_objective(objective)
-    if preset and preset not in family.presets:
-        raise BertforgeError(f"--preset {preset} is not a size for --objective {objective}; choose one of "
-                             f"{', '.join(sorted(family.presets))}")
-    if layer_norm and len(family.layer_norms) < 2:
-        raise BertforgeError(f"--layer-norm is GPT's choice: not for --objective {objective}")
-    given = [flag for flag, value in (("--mask-prob", mask_prob), ("--masking", masking),
-                                      ("--whole-word", whole_word or None), ("--replace-prob", replace_prob),
-                                      ("--random-prob", random_prob)) if value is not None]
-    if not record.masks and given:
-        raise BertforgeError(f"{family.describe} predicts every next token and masks nothing: drop {', '.join(given)}")
-    plan = settings_plan(objective, {
-        "recipe": recipe, "preset": preset, "positions": positions, "layer_norm": layer_norm, "lr": lr,
-        "warmup": warmup, "betas": None if beta2 is None else (0.9, beta2), "dropout": dropout, "schedule": schedule,
-        "mask_prob": mask_prob, "batch_size": batch_size, "clip": clip}, init=init, resume=resume, out=out,
-        max_minutes=max_minutes)
-    if not quiet:
-        print(settings_line(plan, record, init), flush=True)
-    options = TrainOptions(
-        lr=plan["lr"], betas=plan["betas"], out=out, steps=steps, max_minutes=max_minutes, warmup=plan["warmup"],
-        schedule=plan["schedule"], weight_decay=weight_decay, accum=accum, clip=plan["clip"],
-        precision=precision, log_every=log_every, eval_every=eval_every,
-        eval_batches=eval_batches, save_every=save_every, keep=keep, seed=seed,
-        progress=not quiet, compile=compile, report_to=report_to or (),
-    )
-    chosen_masking = masking_options(objective, mask_prob=plan["mask_prob"], replace_prob=replace_prob,
-                                     random_prob=random_prob, whole_word=whole_word or None, scheme=masking)
-    result = pretrain(
-        corpus, out, objective=objective, generator_fraction=generator_fraction,
-        preset=preset, tokenizer=tokenizer, vocab_size=vocab_size,
-        lowercase=not cased, vocab_kind=vocab_kind, max_seq_length=max_seq_length,
-        batch_size=batch_size,
-        short_seq_prob=short_seq_prob, masking=chosen_masking, layout=layout, text_field=text_field,
-        cache_dir=cache_dir, eval_fraction=eval_fraction, resume=resume, options=options,
-        recipe=recipe, positions=positions, dropout=dropout, init=init, command_line=command_line,
-        layer_norm=layer_norm, plan=plan,
-    )
-    print(f"{result['status']} at step {result['step']} after {result['elapsed_s']:.0f}s; model in "
-          f"{out}/model, checkpoints in {out}/checkpoints")
-    return result
 
 
 # How the settings line names a decoder's layer order.

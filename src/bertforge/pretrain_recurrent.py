@@ -147,13 +147,15 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         config = elmo_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id)
         documents, encode = word_documents(files, vocab, config.max_characters_per_token, layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
-                         variable=False, source=source, bidirectional=True, encode=encode)
+                         variable=False, source=source, bidirectional=True, encode=encode,
+                         sentence_ends=(1,))  # </S>: elmo_documents' id 1
         torch.manual_seed(options.seed)
         model = BiLMPretraining(config, sampled_softmax or None)
     else:
         documents, _ = word_documents(files, vocab, None, layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
-                         backwards=backwards, source=source)
+                         backwards=backwards, source=source,
+                         sentence_ends=tuple(vocab.index[w] for w in (".", "!", "?") if w in vocab.index))
         if start is not None:
             config = AWDLSTMConfig(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
                                       "architectures": ["AWDLSTMLanguageModel"]})
@@ -166,8 +168,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         model = RecurrentLMPretraining(config, ar, tar, sampled or None)
         if start is not None and not resume:
             match_vocabulary(model, init, vocab)
-    facts = {"model": config.to_dict(), "sampled_words": model.sampled, "train_documents": len(data.train_documents),
-             "eval_documents": len(data.eval_documents), "words": vocab.vocab_size,
+    facts = {"model": config.to_dict(), "sampled_words": model.sampled, **data.split_facts(), "words": vocab.vocab_size,
              "train_words": int(sum(len(d) for d in data.train_documents))}
     return train(model, data, options, vocab, {**(command_line or {}), **run_config, **facts}, resume)
 

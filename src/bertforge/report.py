@@ -1,5 +1,5 @@
-"""What a long command says before its work starts: the header of `evaluate`, `predict`, `embed`,
-`fill-mask` over a file and `tokenizer train`, in the training header's style (`training.trainer.
+"""What a long command says before its work starts: the header of `evaluate`, `predict`, `embed`
+and `tokenizer train` (`fill-mask` prints none), in the training header's style (`training.trainer.
 header`): the model and its size, where and in what precision, the input, where the output goes.
 
 Headers go to standard error, always: standard output carries the commands' data (JSON, predictions,

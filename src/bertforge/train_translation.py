@@ -17,17 +17,22 @@ import os
 import torch
 
 from .card import write_card
-from .data.cove_vocab import CoveTokenizer, describe_coverage
-from .data.parallel import TokenBatches, TranslationTokenizer, encode_pairs, read_parallel
+from .checks import check_options
+from .data.cove_vocab import CoveTokenizer, check_coverage, describe_coverage
+from .data.parallel import TokenBatches, TranslationTokenizer, encode_pairs, parallel_files, read_parallel
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .formats.word_vectors import read_vectors
+from .hub import model_path
 from .models.translation import TranslationObjective
+from .paths import check_apart, fingerprint
+from .replay import run_arguments
 from .scoring import corpus_scores
 from .scoring import load_sacrebleu
 from .training.checkpoints import check_same_settings, latest_checkpoint
 from .training.distributed import distributed_setup
-from .training.trainer import TrainOptions, train
+from .training.trainer import TrainOptions
+from .training.trainer import train as train_model
 from .translate import DecodeOptions, translate
 
 TOKENIZER_DIR = "tokenizer"
@@ -40,85 +45,174 @@ ARCHITECTURES = {"transformer": "marian", "lstm": "cove"}
 # little warm-up (OpenNMT's Adam recipe has none): measured on Multi30k en-de, lr 2e-3 with 200
 # steps gave validation BLEU 22.0 at step 1,000 where the Transformer's 1e-3 and 1,000 gave 13.4.
 SCHEDULES = {"transformer": (1e-3, 1000), "lstm": (2e-3, 200)}
+# Fine-tuning a trained model (--init): a small rate, as Hugging Face's translation fine-tuning
+# examples for OPUS-MT use (2e-5 to 5e-5), reached after a short warm-up.
+INIT_SCHEDULE = (5e-5, 100)
+# train_translation's keywords that are no option of the command (not saved as the command's)
+PYTHON_ONLY = ("save_every", "progress")
 
 
-def train_translation(source_lang: str, target_lang: str, train_path: str, valid_path: str, out: str,
-                      preset: str | None = None, vocab_size: int = 8000, vocab_kind: str = "bpe",
-                      max_tokens: int = 4096, max_length: int = 256, steps: int | None = None,
-                      max_minutes: float | None = None, lr: float | None = None, warmup: int | None = None,
-                      label_smoothing: float = 0.1, eval_every: int = 500, bleu_sentences: int = 500,
-                      average: int = 5, save_every: int | None = None, precision: str = "auto", seed: int = 0,
-                      resume: bool = False, progress: bool = True, report_to: tuple = (),
-                      overrides: dict | None = None, command_line: dict | None = None, arch: str = "transformer",
-                      word_vectors: str | None = None) -> dict:
-    """Train a translation model from `train_path` to `valid_path` (each a prefix of line-aligned
-    files `PREFIX.<lang>`, or a JSON-lines file of {"translation": {...}}) into `out`; returns the
-    trainer's summary with the final validation scores. `arch`: "transformer" (the paper's, one
-    joint sub-word vocabulary) or "lstm" (CoVe's attentional LSTM over the fixed `word_vectors`,
-    a GloVe or word2vec file; sub-words on the target side only). `preset`: a size of the arch's
-    family (default: its default). `average`: the model written to `out/model` is the mean of the
-    last that many checkpoints of the run's last quarter (1: the last alone)."""
-    if arch not in ARCHITECTURES:
-        raise BertforgeError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
-    family = family_of(ARCHITECTURES[arch])
-    lr = SCHEDULES[arch][0] if lr is None else lr
-    warmup = SCHEDULES[arch][1] if warmup is None else warmup
-    preset = preset or family.default_preset
-    if preset not in family.presets:
-        raise BertforgeError(f"unknown preset {preset!r} for --arch {arch}; choose one of {', '.join(family.presets)}")
-    if source_lang == target_lang:
-        raise BertforgeError(f"the source and target languages are both {source_lang!r}")
-    if (arch == "lstm") != (word_vectors is not None):
-        raise BertforgeError("--word-vectors goes with --arch lstm, which reads them (bertforge word-vectors makes some)"
-                             if word_vectors else "--arch lstm reads fixed word vectors: give --word-vectors FILE")
+def train_translation(source_lang: str, target_lang: str, train: str, dev: str, out: str, *,
+                      arch: str = "transformer", word_vectors: str | None = None, init: str | None = None,
+                      min_vector_coverage: float = 0.5, preset: str | None = None,
+                      vocab_size: int = 8000, vocab_kind: str = "bpe", batch_tokens: int = 4096,
+                      max_seq_length: int = 256, steps: int | None = None, max_minutes: float | None = None,
+                      lr: float | None = None, warmup: float | None = None, label_smoothing: float = 0.1,
+                      dropout: float | None = None, eval_every: int = 500, bleu_sentences: int = 500,
+                      average: int = 5, pre_ln: bool = False, untie_output: bool = False, precision: str = "auto",
+                      seed: int = 0, resume: bool = False, report_to: list[str] | None = None,
+                      save_every: int | None = None, progress: bool = True, overrides: dict | None = None) -> dict:
+    """`bertforge train-translation` from Python: train a translation model from `train` to `dev`
+    (each a prefix of line-aligned files `PREFIX.<lang>`, or a JSON-lines file of {"translation":
+    {...}}) into `out`; returns the trainer's summary with the final validation scores. Every keyword
+    is the command's option of the same name (its argparse dest), with the command's default; None
+    is "not given", and is resolved here, for the command line and Python alike: the peak rate and
+    warm-up are the arch's (`SCHEDULES`), the size its family's default. `arch`: "transformer" (the
+    paper's, one joint sub-word vocabulary) or "lstm" (CoVe's attentional LSTM over the fixed
+    `word_vectors`, a GloVe or word2vec file; sub-words on the target side only). `warmup`: steps,
+    or a fraction (< 1) of `steps`. `average`: the model written to `out/model` is the mean of the
+    last that many checkpoints of the run's last quarter (1: the last alone). `init`: a translation
+    Transformer to fine-tune (a MarianMT directory, ours or a published OPUS-MT one, or a Hugging Face
+    Hub name), whose vocabulary and size the run keeps (no `preset`), with `INIT_SCHEDULE`'s rate.
+    The Python API's own: `save_every` (default: `eval_every`), `progress`, and `overrides`, fields of
+    the model's config."""
+    given = {name: value for name, value in locals().items() if name != "overrides"}
+    check_options(given, "train-translation")
+    plan = _plan(given, overrides)
     if bleu_sentences:
         load_sacrebleu()  # before any work, not at the first evaluation
     # oneDNN caches a bf16 kernel per shape with its scratch memory (MBs each), 1,024 of them by
     # default; batches of varying shapes filled 15 GB in an hour. Read once, at the process's
     # first kernel, so this bounds the command line's runs (and any process that sets it itself).
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "128")
+    # the run's files never replace, nor land among, what it reads (a prefix stands for its two files)
+    check_apart(out, word_vectors,
+                *[[p, f"{p}.{source_lang}", f"{p}.{target_lang}"] for p in (train, dev)])
     vectors = read_vectors(word_vectors) if word_vectors else None
-    train_pairs = read_parallel(train_path, source_lang, target_lang)
-    valid_pairs = read_parallel(valid_path, source_lang, target_lang)
-    run_config = {"task": "translation", "source_lang": source_lang, "target_lang": target_lang,
-                  "train": os.path.abspath(train_path), "valid": os.path.abspath(valid_path), "preset": preset,
-                  "vocab_size": vocab_size, "vocab_kind": vocab_kind, "max_tokens": max_tokens,
-                  "max_length": max_length, "label_smoothing": label_smoothing, "overrides": overrides or {}}
-    if word_vectors:  # (absent for the Transformer, as in runs made before the LSTM, which still resume)
-        run_config.update(arch=arch, word_vectors=os.path.abspath(word_vectors))
+    train_pairs = read_parallel(train, source_lang, target_lang)
+    valid_pairs = read_parallel(dev, source_lang, target_lang)
+    run_config = _run_config(given, plan)
     rank, world, _ = distributed_setup()
-    tokenizer = _tokenizer(out, family, rank, world, resume, run_config,
-                           lambda: _new_tokenizer(train_pairs, vocab_size, vocab_kind, vectors))
+    tokenizer = _tokenizer(out, plan.family, rank, world, resume, run_config,
+                           lambda: resolve(plan.family.tokenizer).from_pretrained(plan.init) if plan.init is not None
+                           else _new_tokenizer(train_pairs, vocab_size, vocab_kind, vectors))
     if vectors is not None:  # words without a vector all read the one zero vector: how many are they?
         run_config["vector_coverage"] = tokenizer.coverage(s for s, _ in train_pairs)
-    data = TokenBatches(encode_pairs(train_pairs, tokenizer), max_tokens, tokenizer.pad_id, seed=seed,
-                        valid=encode_pairs(valid_pairs, tokenizer), max_length=max_length, rank=rank, world=world)
+        check_coverage(run_config["vector_coverage"], min_vector_coverage, word_vectors)
+    data = TokenBatches(encode_pairs(train_pairs, tokenizer), batch_tokens, tokenizer.pad_id, seed=seed,
+                        valid=encode_pairs(valid_pairs, tokenizer), max_length=max_seq_length, rank=rank, world=world)
     if progress and rank == 0:
         print(f"data: {data.describe()}", flush=True)
         if vectors is not None:
             print(f"word vectors: {describe_coverage(run_config['vector_coverage'])}", flush=True)
     torch.manual_seed(seed)
-    config = _config(family, preset, tokenizer, vectors, overrides or {})
-    backbone = resolve(family.encoder)(config)
-    if vectors is not None and not resume:  # a resumed run's checkpoint holds them
-        with torch.no_grad():
-            backbone.encoder.vectors.weight.copy_(torch.from_numpy(tokenizer.vector_matrix(*vectors)))
-    model = TranslationObjective(config, label_smoothing, backbone)
-    options = TrainOptions(out=out, steps=steps, max_minutes=max_minutes, lr=lr, warmup=warmup,
+    model = TranslationObjective(*_model(plan, tokenizer, vectors, given))
+    options = TrainOptions(out=out, steps=steps, max_minutes=max_minutes, lr=plan.lr, warmup=plan.warmup,
                            schedule="inverse-sqrt", weight_decay=0.0, betas=(0.9, 0.98), eps=1e-9,
                            precision=precision, eval_every=eval_every, save_every=save_every or eval_every,
-                           keep=max(average, 2), seed=seed, progress=progress, report_to=tuple(report_to))
-    evaluator = Validation(data, tokenizer, valid_pairs[:bleu_sentences])
-    summary = train(model, data, options, tokenizer, {**(command_line or {}), **run_config,
-                                                      "kept_pairs": len(data.pairs), "skipped_pairs": data.skipped},
-                    resume, evaluator)
-    if average > 1 and summary["status"] != "interrupted" and rank == 0:
+                           keep=max(average, 2), seed=seed, progress=progress, report_to=tuple(report_to or ()))
+    evaluator = Validation(data, tokenizer, _fitting(valid_pairs, tokenizer, max_seq_length)[:bleu_sentences])
+    # the options as given go beside the settings (not compared on resume): the model card's command
+    saved = {**run_config, "kept_pairs": len(data.pairs), "skipped_pairs": data.skipped,
+             **run_arguments("train-translation", {k: v for k, v in given.items() if k not in PYTHON_ONLY})}
+    summary = train_model(model, data, options, tokenizer, saved, resume, evaluator)
+    if summary["status"] != "interrupted" and rank == 0:
+        _finish(summary, model, tokenizer, evaluator, out, average)
+    return summary
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What the options resolve to before any data is read."""
+    family: object
+    init: str | None
+    init_config: object
+    preset: str
+    lr: float
+    warmup: int
+    overrides: dict
+
+
+def _plan(o: dict, overrides: dict | None) -> _Plan:
+    """The arch's family and size, the schedule (the arch's, or `INIT_SCHEDULE` from --init) and the
+    model's overrides, each checked against the others."""
+    if o["arch"] not in ARCHITECTURES:
+        raise BertforgeError(f"unknown arch {o['arch']!r}; choose one of {', '.join(ARCHITECTURES)}")
+    if o["arch"] != "transformer" and (o["pre_ln"] or o["untie_output"]):
+        raise BertforgeError("--pre-ln and --untie-output are the Transformer's (--arch transformer)")
+    overrides = {**(overrides or {}), **({"normalize_before": True} if o["pre_ln"] else {}),
+                 **({"dropout": o["dropout"]} if o["dropout"] is not None else {}),
+                 **({"tie_word_embeddings": False} if o["untie_output"] else {})}
+    family = family_of(ARCHITECTURES[o["arch"]])
+    init = model_path(o["init"]) if o["init"] is not None else None  # a Hub name: its folder in the cache
+    init_config = _init_config(init, family, o["preset"], o["pre_ln"] or o["untie_output"]) if init else None
+    schedule = INIT_SCHEDULE if init is not None else SCHEDULES[o["arch"]]
+    warmup = o["warmup"]
+    if warmup is not None and warmup < 1:  # a fraction, as pretrain's and finetune's --warmup
+        if o["steps"] is None:
+            raise BertforgeError(f"--warmup {warmup}: a fraction of the steps needs --steps (or give steps)")
+        warmup = max(1, round(warmup * o["steps"]))
+    preset = o["preset"] or family.default_preset
+    if preset not in family.presets:
+        raise BertforgeError(f"unknown preset {preset!r} for --arch {o['arch']}; choose one of "
+                             f"{', '.join(family.presets)}")
+    if o["source_lang"] == o["target_lang"]:
+        raise BertforgeError(f"the source and target languages are both {o['source_lang']!r}")
+    if (o["arch"] == "lstm") != (o["word_vectors"] is not None):
+        raise BertforgeError("--word-vectors goes with --arch lstm, which reads them (bertforge word-vectors makes some)"
+                             if o["word_vectors"] else "--arch lstm reads fixed word vectors: give --word-vectors FILE")
+    return _Plan(family, init, init_config, preset, schedule[0] if o["lr"] is None else o["lr"],
+                 schedule[1] if warmup is None else int(warmup), overrides)
+
+
+def _run_config(o: dict, plan: _Plan) -> dict:
+    """The settings a resume must share (check_same_settings), under the names runs have always saved."""
+    run_config = {"task": "translation", "source_lang": o["source_lang"], "target_lang": o["target_lang"],
+                  "train": os.path.abspath(o["train"]), "valid": os.path.abspath(o["dev"]), "preset": plan.preset,
+                  "vocab_size": o["vocab_size"], "vocab_kind": o["vocab_kind"], "max_tokens": o["batch_tokens"],
+                  "max_length": o["max_seq_length"], "label_smoothing": o["label_smoothing"],
+                  "overrides": plan.overrides}
+    if o["word_vectors"]:  # (absent for the Transformer, as in runs made before the LSTM, which still resume)
+        run_config.update(arch=o["arch"], word_vectors=os.path.abspath(o["word_vectors"]))
+    if plan.init is not None:  # (absent when not given, as in runs made before --init, which still resume)
+        run_config.update(init=os.path.abspath(plan.init), preset=None, vocab_size=None, vocab_kind=None)
+    # what the files held: resuming over other text at the same paths is refused (check_same_settings)
+    files = [f for p in (o["train"], o["dev"]) for f in parallel_files(p, o["source_lang"], o["target_lang"])]
+    run_config["data"] = fingerprint(files + ([o["word_vectors"]] if o["word_vectors"] else []))
+    return run_config
+
+
+def _model(plan: _Plan, tokenizer, vectors, o: dict):
+    """The config and the encoder-decoder (the --init model's weights, or the fixed word vectors, in
+    place), checked against the longest pairs kept."""
+    config = _config(plan.family, plan.preset, tokenizer, vectors, plan.overrides) if plan.init_config is None \
+        else _config_of_init(plan.init_config, plan.family, tokenizer, plan.overrides, plan.init)
+    if o["max_seq_length"] > config.max_position_embeddings:  # a kept pair would not fit: said before any step
+        raise BertforgeError(f"--max-seq-length {o['max_seq_length']} is more than the "
+                             f"{config.max_position_embeddings:,} positions of preset {plan.preset} (its "
+                             f"max_position_embeddings): give --max-seq-length {config.max_position_embeddings} "
+                             "or less")
+    backbone = resolve(plan.family.encoder)(config)
+    if plan.init is not None and not o["resume"]:  # a resumed run's checkpoint holds the weights
+        resolve(plan.family.checkpoint + ":load")(backbone, plan.init)
+    if vectors is not None and not o["resume"]:  # a resumed run's checkpoint holds them
+        with torch.no_grad():
+            backbone.encoder.vectors.weight.copy_(torch.from_numpy(tokenizer.vector_matrix(*vectors)))
+    return config, o["label_smoothing"], backbone
+
+
+def _finish(summary: dict, model, tokenizer, evaluator, out: str, average: int) -> None:
+    """The last checkpoints averaged into out/model, scored again; BLEU's signature beside its score;
+    the model card."""
+    if average > 1:
         summary["averaged"] = average_into_model(model, tokenizer, out, average)
         summary["eval"] = evaluator(model)
-        with open(os.path.join(out, "run_config.json"), encoding="utf-8") as f:
-            write_card(os.path.join(out, "model"), {**json.load(f), "averaged": summary["averaged"]}, summary["eval"],
-                       summary["step"])
-    return summary
+    if evaluator.signature:  # what the BLEU figure is, beside it (greedy, the first validation pairs)
+        summary["eval"] = {**summary["eval"], "bleu_sentences": len(evaluator.pairs), "bleu_decoding": "greedy",
+                           "bleu_signature": evaluator.signature}
+    with open(os.path.join(out, "run_config.json"), encoding="utf-8") as f:
+        write_card(os.path.join(out, "model"), {**json.load(f), "averaged": summary.get("averaged")},
+                   summary["eval"], summary["step"])
 
 
 def _new_tokenizer(pairs, vocab_size: int, kind: str, vectors):
@@ -127,6 +221,40 @@ def _new_tokenizer(pairs, vocab_size: int, kind: str, vectors):
     if vectors is None:
         return TranslationTokenizer.train((text for pair in pairs for text in pair), vocab_size, kind)
     return CoveTokenizer.build(vectors[0], (s for s, _ in pairs), (t for _, t in pairs), vocab_size, kind)
+
+
+def _fitting(pairs, tokenizer, max_length: int) -> list[tuple[str, str]]:
+    """The pairs whose source fits `max_length` tokens: those BLEU translates (a longer one would
+    stop the run at its first evaluation; the validation loss skips them too, and the log counts them)."""
+    lengths = [len(ids) for ids in tokenizer.encode_source_batch([s for s, _ in pairs])]
+    return [pair for pair, length in zip(pairs, lengths) if length <= max_length]
+
+
+def _init_config(init: str, family, preset: str | None, new_layout: bool):
+    """The config of the model directory `init` to fine-tune: a translation Transformer's, whose size
+    and vocabulary the run keeps."""
+    from .families import load_config
+
+    if preset is not None or new_layout:
+        raise BertforgeError("--init fine-tunes a model as it is: --preset, --pre-ln and --untie-output do not go "
+                             "with it")
+    config = load_config(init)
+    if family_of(config).name != family.name:
+        raise BertforgeError(f"{init}: a {family_of(config).describe} model; --init reads a {family.describe} "
+                             "(a MarianMT directory: ours, or a published OPUS-MT model)")
+    return config
+
+
+def _config_of_init(config, family, tokenizer, overrides: dict, init: str):
+    """`config` with `overrides` (--dropout), and its vocabulary the tokenizer's."""
+    fields = {f.name for f in dataclasses.fields(family.config)}
+    foreign = sorted(set(overrides) - fields)
+    if foreign:
+        raise BertforgeError(f"{', '.join(foreign)}: not a setting of the {family.describe} model")
+    if tokenizer.vocab_size != config.vocab_size:
+        raise BertforgeError(f"{init}: its tokenizer has {tokenizer.vocab_size:,} ids where config.json's vocab_size "
+                             f"is {config.vocab_size:,}")
+    return dataclasses.replace(config, **overrides)
 
 
 def _config(family, preset: str, tokenizer, vectors, overrides: dict):
@@ -147,6 +275,7 @@ class Validation:
 
     def __init__(self, data: TokenBatches, tokenizer, pairs: list[tuple[str, str]]):
         self.data, self.tokenizer, self.pairs = data, tokenizer, pairs
+        self.signature = None  # sacreBLEU's, once BLEU has been computed
 
     def __call__(self, objective) -> dict:
         was = objective.training
@@ -161,7 +290,9 @@ class Validation:
         metrics = {"loss": round(loss / max(count, 1), 5), "accuracy": round(correct / max(count, 1), 5)}
         if self.pairs:
             hyps = translate(objective.backbone, self.tokenizer, [s for s, _ in self.pairs], DecodeOptions(beam=1))
-            metrics["bleu"] = round(corpus_scores(hyps, [t for _, t in self.pairs])["bleu"] / 100, 5)
+            scores = corpus_scores(hyps, [t for _, t in self.pairs])
+            metrics["bleu"] = round(scores["bleu"], 2)  # sacreBLEU's 0-100 scale, as the field reports it
+            self.signature = scores["signatures"]["bleu"]
         objective.train(was)
         return metrics
 

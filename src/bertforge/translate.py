@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import check
 from .errors import BertforgeError
 
 PENALTIES = ("hf", "gnmt")
@@ -33,18 +34,31 @@ class DecodeOptions:
     max_len_a: float = 1.5
     max_len_b: int = 10
     batch_size: int = 64
+    # Tokens one batch may have the model read (`decode_tokens`, the service's estimate): batches are
+    # cut to fit, and a sentence over it alone is refused (a beam of 50,000 grew to 24 GB). None: no
+    # bound (the service bounds each request itself, by its --max-tokens).
+    max_tokens: int | None = 32_768
 
     def __post_init__(self):
-        if not (isinstance(self.beam, int) and self.beam >= 1):
-            raise BertforgeError(f"beam must be a positive integer, got {self.beam!r}")
+        for name in ("beam", "length_penalty", "max_len_a", "max_len_b", "batch_size", "max_tokens"):  # the CLI's rules
+            check(name, getattr(self, name))
         if self.penalty not in PENALTIES:
             raise BertforgeError(f"length penalty form must be one of {', '.join(PENALTIES)}, got {self.penalty!r}")
-        if self.max_len_a < 0 or self.max_len_b < 1 or self.batch_size < 1:
-            raise BertforgeError("max_len_a must be >= 0, max_len_b and batch_size >= 1")
 
     def penalise(self, score: float, length: int) -> float:
         base = (5 + length) / 6 if self.penalty == "gnmt" else length
         return score / base ** self.length_penalty
+
+
+def longest(length: int, options: DecodeOptions, positions: int) -> int:
+    """The most tokens a translation of a `length`-token source may have (as `_limits` cuts it)."""
+    return max(1, min(int(options.max_len_a * length + options.max_len_b), positions - 1))
+
+
+def decode_tokens(length: int, options: DecodeOptions, positions: int) -> int:
+    """What decoding a `length`-token source costs, in tokens the model reads: the source, and every
+    token each of the beam's hypotheses may decode (each holds the decoder's keys and values)."""
+    return length + options.beam * longest(length, options, positions)
 
 
 def _limits(source_mask: torch.Tensor, options: DecodeOptions, positions: int) -> torch.Tensor:
@@ -52,22 +66,47 @@ def _limits(source_mask: torch.Tensor, options: DecodeOptions, positions: int) -
     return (options.max_len_a * lengths + options.max_len_b).long().clamp(1, positions - 1)
 
 
+class Stopped(Exception):
+    """Decoding given up between two steps: its `stop` was set (the service's request left)."""
+
+
+def _check(stop) -> None:
+    if stop is not None and stop.is_set():
+        raise Stopped()
+
+
+def decode(model, source: torch.Tensor, source_mask: torch.Tensor, options: DecodeOptions,
+           stop=None) -> list[list[int]]:
+    """The best translation of each source row as token ids (without the start and end tokens).
+    `stop`: a `threading.Event`; once it is set, the next step raises `Stopped`."""
+    return [hyps[0][1] if hyps else [] for hyps in decode_scored(model, source, source_mask, options, stop)]
+
+
 @torch.no_grad()
-def decode(model, source: torch.Tensor, source_mask: torch.Tensor, options: DecodeOptions) -> list[list[int]]:
-    """The best translation of each source row as token ids (without the start and end tokens)."""
+def decode_scored(model, source: torch.Tensor, source_mask: torch.Tensor, options: DecodeOptions,
+                  stop=None) -> list[list[tuple[float, list[int]]]]:
+    """Every hypothesis the search ended for each source row, best first, as (score, token ids): the
+    score is the summed log-probability of its tokens (the end token's included) over the length
+    penalty, the number the search ranks by (`generate`'s `sequences_scores`). Greedy search ends one."""
     model.eval()
     limits = _limits(source_mask, options, model.config.max_position_embeddings)
     if options.beam == 1:
-        return _greedy(model, source, source_mask, limits)
-    return _beam(model, source, source_mask, limits, options)
+        return _greedy(model, source, source_mask, limits, options, stop)
+    return _beam(model, source, source_mask, limits, options, stop)
 
 
-def _step(model, tokens: torch.Tensor, memory, mask, caches, t: int) -> torch.Tensor:
+def _step(model, tokens: torch.Tensor, memory, mask, caches, t: int, last: torch.Tensor) -> torch.Tensor:
     """Log-probabilities (N, V) of the next token after position `t`, in fp32; never the pad id
-    (it starts every decoding and is no word)."""
+    (it starts every decoding and is no word). Where the config has a `forced_eos_token_id`
+    (published OPUS-MT models do), rows at their last position (`last`, (N,) bool) can only end,
+    at no cost (log-probability 0), as `generate`'s forced end scores it."""
     states = model.decode(tokens, memory, mask, caches, start=t)
     logp = torch.log_softmax(model.logits(states[:, -1]).float(), dim=-1)
     logp[:, model.config.pad_token_id] = float("-inf")
+    forced = getattr(model.config, "forced_eos_token_id", None)
+    if forced is not None and bool(last.any()):
+        logp[last] = float("-inf")
+        logp[last, forced] = 0.0
     return logp
 
 
@@ -84,32 +123,42 @@ def _reorder(caches: list[dict], rows: torch.Tensor) -> None:
                 else value.index_select(0, rows)
 
 
-def _greedy(model, source, source_mask, limits) -> list[list[int]]:
+def _greedy(model, source, source_mask, limits, options: DecodeOptions,
+            stop=None) -> list[list[tuple[float, list[int]]]]:
     c = model.config
     memory = model.encode(source, source_mask)
     caches = model.cross_caches(memory)
     alive = torch.arange(source.shape[0])
     out: list[list[int]] = [[] for _ in range(source.shape[0])]
+    ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(source.shape[0])]
+    summed = torch.zeros(source.shape[0], device=source.device)  # log-probability of each row's tokens so far
     tokens = torch.full((source.shape[0], 1), c.decoder_start_token_id, dtype=torch.long, device=source.device)
     for t in range(int(limits.max())):
-        best = _step(model, tokens, memory, source_mask, caches, t).argmax(-1)  # (N,)
+        _check(stop)
+        last = (limits[alive] <= t + 1).to(source.device)
+        logp = _step(model, tokens, memory, source_mask, caches, t, last)
+        best = logp.argmax(-1)  # (N,)
+        summed = summed + logp.gather(1, best[:, None]).squeeze(1)
         for i, token in zip(alive.tolist(), best.tolist()):
             if token != c.eos_token_id:
                 out[i].append(token)
         done = (best == c.eos_token_id).cpu() | (limits[alive] <= t + 1).cpu()
+        for row in done.nonzero().squeeze(1).tolist():
+            ended[int(alive[row])].append((options.penalise(float(summed[row]), t + 1), out[int(alive[row])]))
         if done.all():
             break
         if done.any():  # finished sentences leave the batch
             keep = (~done).nonzero().squeeze(1)
             alive = alive[keep]
             keep = keep.to(source.device)
-            best, memory, source_mask = _select(keep, best, memory, source_mask)
+            best, summed, memory, source_mask = _select(keep, best, summed, memory, source_mask)
             _reorder(caches, keep)
         tokens = best[:, None]
-    return out
+    return ended
 
 
-def _beam(model, source, source_mask, limits, options: DecodeOptions) -> list[list[int]]:
+def _beam(model, source, source_mask, limits, options: DecodeOptions,
+          stop=None) -> list[list[tuple[float, list[int]]]]:
     c, k, device = model.config, options.beam, source.device
     n = source.shape[0]
     memory = model.encode(source, source_mask).repeat_interleave(k, 0)  # (n*k, S, d)
@@ -121,7 +170,9 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions) -> list[li
     scores[:, 1:] = float("-inf")  # the first step draws from one beam only
     ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
     for t in range(int(limits.max())):
-        logp = _step(model, sequences[:, -1:], memory, mask, caches, t)  # (m*k, V)
+        _check(stop)
+        last = (limits[alive] <= t + 1).to(device).repeat_interleave(k)
+        logp = _step(model, sequences[:, -1:], memory, mask, caches, t, last)  # (m*k, V)
         m, vocab = alive.shape[0], logp.shape[-1]
         top, index = (logp.view(m, k, vocab) + scores[:, :, None]).view(m, k * vocab).topk(2 * k)  # (m, 2k)
         origin, token = index // vocab, index % vocab
@@ -145,27 +196,59 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions) -> list[li
             scores = scores.index_select(0, keep)
             sequences, memory, mask = _select(beams, sequences, memory, mask)
             _reorder(caches, beams)
-    return [max(hyps, key=lambda h: h[0])[1] if hyps else [] for hyps in ended]
+    return [sorted(hyps, key=lambda h: -h[0]) for hyps in ended]  # stable: of equal scores, the first ended
 
 
 def translate(model, tokenizer, sentences: list[str], options: DecodeOptions | None = None,
-              source: str = "input") -> list[str]:
-    """Translate `sentences` (plain text) in batches of similar length, in their order."""
+              source: str = "input", stop=None) -> list[str]:
+    """Translate `sentences` (plain text) in batches of similar length, in their order; a blank
+    line is answered with a blank line (a model asked to translate nothing invents something).
+    `stop`: see `decode`."""
+    return [hyps[0][0] for hyps in translate_scored(model, tokenizer, sentences, options, 1, source, stop)]
+
+
+def translate_scored(model, tokenizer, sentences: list[str], options: DecodeOptions | None = None, n_best: int = 1,
+                     source: str = "input", stop=None) -> list[list[tuple[str, float]]]:
+    """The `n_best` best translations of each sentence (at most the beam's width), best first, each
+    with its score (`decode_scored`'s); a blank line gets one blank translation scored 0."""
     options = options or DecodeOptions()
+    if not 1 <= n_best <= options.beam:
+        raise BertforgeError(f"--n-best {n_best}: from 1 to the beam's width ({options.beam}); a beam search keeps "
+                             "that many hypotheses")
     device = next(model.parameters()).device
     ids = tokenizer.encode_source_batch(sentences)
     limit = model.config.max_position_embeddings
     for line, row in enumerate(ids, 1):
         if len(row) > limit:
             raise BertforgeError(f"{source}:{line}: {len(row)} tokens, more than the model's {limit} positions")
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out: list[str] = [""] * len(ids)
-    for start in range(0, len(order), options.batch_size):
-        chunk = order[start:start + options.batch_size]
+    order = sorted((i for i in range(len(ids)) if sentences[i].strip()), key=lambda i: len(ids[i]))
+    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in ids]
+    costs = [decode_tokens(len(row), options, limit) for row in ids]
+    over = [i for i in order if options.max_tokens is not None and costs[i] > options.max_tokens]
+    if over:  # said before any work, for the first such line
+        first = min(over)
+        raise BertforgeError(f"{source}:{first + 1}: decoding it with --beam {options.beam} may read {costs[first]:,} "
+                             f"tokens, over the limit of {options.max_tokens:,} (each holds the decoder's keys and "
+                             "values): give a smaller --beam or --max-len-a/--max-len-b, or raise --max-tokens")
+    for chunk in _batches(order, costs, options):
         batch, mask = pad([ids[i] for i in chunk], tokenizer.pad_id, device)
-        for i, hyp in zip(chunk, decode(model, batch, mask, options)):
-            out[i] = tokenizer.decode(hyp)
+        for i, hyps in zip(chunk, decode_scored(model, batch, mask, options, stop)):
+            out[i] = [(tokenizer.decode(ids), score) for score, ids in hyps[:n_best]] or [("", float("-inf"))]
     return out
+
+
+def _batches(order: list[int], costs: list[int], options: DecodeOptions):
+    """`order` cut into batches of at most `batch_size` sentences and `max_tokens` of cost."""
+    chunk, total = [], 0
+    for i in order:
+        if chunk and (len(chunk) == options.batch_size
+                      or options.max_tokens is not None and total + costs[i] > options.max_tokens):
+            yield chunk
+            chunk, total = [], 0
+        chunk.append(i)
+        total += costs[i]
+    if chunk:
+        yield chunk
 
 
 def pad(rows: list[list[int]], pad_id: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,7 +33,7 @@ from .data.words import split_words
 from .errors import BertforgeError
 from .formats.tensors import read_safetensors
 from .formats.word_vectors import write_vectors
-from .paths import check_apart
+from .paths import check_apart, check_fingerprint, fingerprint
 from .progress import progress as progress_bar
 
 STATE, VOCAB, METRICS = "state.safetensors", "vocab.txt", "metrics.jsonl"
@@ -65,6 +65,24 @@ class GloveOptions:
                 check(name, value, COMMAND_RULES["word-vectors"].get(name))
 
 
+def word_vectors(corpus, output: str, *, dim: int = GloveOptions.dim, window: int = GloveOptions.window,
+                 min_count: int = GloveOptions.min_count, max_vocab: int | None = GloveOptions.max_vocab,
+                 cased: bool = False, x_max: float = GloveOptions.x_max, alpha: float = GloveOptions.alpha,
+                 lr: float = GloveOptions.lr, epochs: int = GloveOptions.epochs,
+                 batch_size: int = GloveOptions.batch_size, memory_mb: int = GloveOptions.memory_mb,
+                 max_minutes: float | None = GloveOptions.max_minutes, layout: str = "auto",
+                 seed: int = GloveOptions.seed, resume: bool = False, progress: bool = True) -> dict:
+    """`bertforge word-vectors` from Python: GloVe vectors learned from `corpus` (files, folders or
+    patterns) into `output` (GloVe's text format; `.vec` word2vec text, `.bin` word2vec binary), the
+    run's state in `output.run/`. Every keyword is the command's option of the same name (its
+    argparse dest), with the command's default (`GloveOptions`'); `progress` is the Python API's own.
+    Returns `train_word_vectors`'s summary."""
+    options = GloveOptions(dim=dim, window=window, min_count=min_count, max_vocab=max_vocab, lowercase=not cased,
+                           x_max=x_max, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
+                           memory_mb=memory_mb, max_minutes=max_minutes, seed=seed)
+    return train_word_vectors(corpus, output, options, layout=layout, resume=resume, progress=progress)
+
+
 def train_word_vectors(corpus, out: str, options: GloveOptions | None = None, layout: str = "auto",
                        resume: bool = False, progress: bool = True) -> dict:
     """Learn GloVe vectors from the text files `corpus` (files, folders or patterns) into `out` (GloVe's
@@ -75,9 +93,11 @@ def train_word_vectors(corpus, out: str, options: GloveOptions | None = None, la
     files = find_files(corpus)
     if not files:
         raise BertforgeError(f"no text files in {corpus!r}")
-    check_apart(out, *files)  # before any work: the vectors never overwrite the text they come from
+    for written in (out, out + ".run"):  # before any work: never over, or inside, the text they come from
+        check_apart(written, corpus, *files)
     folder = out + ".run"
-    settings = {**asdict(o), "files": [os.path.abspath(f) for f in files], "layout": layout}
+    settings = {**asdict(o), "files": [os.path.abspath(f) for f in files], "layout": layout,
+                "data": fingerprint(files)}
     _open_run(folder, settings, resume)
     elapsed = _seconds_so_far(folder)
     words = _vocabulary(folder, files, o, layout, progress)
@@ -111,9 +131,11 @@ def _open_run(folder: str, settings: dict, resume: bool) -> None:
             raise BertforgeError(f"nothing to resume: {path} does not exist")
         with open(path) as f:
             saved = json.load(f)
-        changed = [k for k in settings if k not in ("epochs", "max_minutes") and saved.get(k) != settings[k]]
+        changed = [k for k in settings if k not in ("epochs", "max_minutes", "data") and saved.get(k) != settings[k]]
         if changed:
             raise BertforgeError(f"--resume with other settings than the run in {folder}: {', '.join(changed)}")
+        # the same paths may hold other text now (a run from before fingerprints has none: not checked)
+        check_fingerprint(folder, saved.get("data"), settings["data"], "corpus files")
         return
     os.makedirs(folder, exist_ok=True)
     with atomic_file(path) as f:

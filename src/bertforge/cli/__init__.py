@@ -20,7 +20,7 @@ from ..paths import check_outputs
 from ..replay import REPLAYABLE, config_defaults
 from . import (demo, embed, evaluate, evaluate_lm, export, fill_mask, finetune, generate, import_allennlp, info,
                predict, pretrain, serve, tokenizer, translation, word_vectors)
-from .common import HelpFormatter, resolve_positionals
+from .common import CommandParser, HelpFormatter, resolve_positionals
 
 # In the order `bertforge --help` lists them.
 COMMANDS = (demo, info, pretrain, finetune, evaluate, predict, embed, fill_mask, serve, export, import_allennlp,
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertforge", description="Contextual pretraining end to end: BERT, its family and its ancestors.")
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     parser.add_argument("--version", action="version", version=f"bertforge {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     for command in COMMANDS:
         command.add_command(commands)
     for name in REPLAYABLE:
@@ -84,6 +84,7 @@ def _run(argv: list[str], args: argparse.Namespace) -> int:
                 setattr(args, name, [model_directory(v) for v in value])
             elif value:
                 setattr(args, name, model_directory(value))
+        hub_datasets(args)  # hf:NAME[:CONFIG][@SPLIT] stands for a local copy of that split
         check_outputs(vars(args))  # no command writes over, or inside, what it reads
         args.func(args)
     except KeyboardInterrupt:
@@ -118,11 +119,37 @@ def _version() -> str:
 
 
 def model_directory(path: str) -> str:
-    """`path`, or `path/model` when `path` is the output folder of `pretrain` or `finetune`."""
+    """`path`, or `path/model` when `path` is the output folder of `pretrain` or `finetune`; where no
+    such path exists, a Hugging Face Hub name (`owner/name[@revision]`) stands for its folder in the
+    Hub's cache, fetched if need be (hub.py)."""
+    from ..hub import model_path
+
+    path = model_path(path)
     if not os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "model",
                                                                                              "config.json")):
         return os.path.join(path, "model")
     return path
+
+
+# The options that read data, and the split an `hf:` value without one reads there.
+DATA_OPTIONS = {"train": "train", "dev": "validation", "test": "test", "corpus": "train"}
+
+
+def hub_datasets(args: argparse.Namespace) -> None:
+    """Each Hub dataset given to --train, --dev, --test or --corpus (`hf:NAME[:CONFIG][@SPLIT]`)
+    replaced by the local copy the command's reader takes (data/hub_datasets.py: a saved folder for
+    a task table, JSON lines for a corpus or parallel text); `datasets` is imported only then."""
+    for name, split in DATA_OPTIONS.items():
+        value = getattr(args, name, None)
+        values = value if isinstance(value, list) else [value]
+        if not any(isinstance(v, str) and v.startswith("hf:") for v in values):
+            continue
+        from ..data.hub_datasets import is_hub_dataset, resolve
+
+        kind = "text" if name == "corpus" else "translation" if args.command == "train-translation" else "table"
+        column = getattr(args, "text_field", None) if kind == "text" else None
+        resolved = [resolve(v, kind, split, column) if is_hub_dataset(v) else v for v in values]
+        setattr(args, name, resolved if isinstance(value, list) else resolved[0])
 
 
 def describe(e: Exception) -> tuple[str, int]:

@@ -80,6 +80,22 @@ def add_path(parser: argparse.ArgumentParser, flag: str, help: str, required: bo
     parser.set_defaults(_path_flags={**aliases, dest: (flag, required, positional)}, _parser=parser)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser. Where a positional alias (`add_path`) sits beside other positionals,
+    options may come between them (`import-allennlp OPTIONS WEIGHTS --vocab V OUT`), as when every
+    positional was required: argparse's intermixed parse, or the optional alias would be taken, empty,
+    with the positionals before the first option."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        if getattr(self, "_intermixing", False) or not self.get_default("_path_flags"):
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def resolve_positionals(args: argparse.Namespace) -> None:
     """Give the positional aliases' values to their flags: the command line's positional values, in order,
     fill first the aliases whose flag was not given, then the command's own positionals."""

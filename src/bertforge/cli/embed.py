@@ -15,7 +15,7 @@ def add_command(commands) -> None:
                     help="any HF BERT directory, an ELMo biLM made by pretrain --objective elmo, or a CoVe model "
                          "made by train-translation --arch lstm")
     em.add_argument("--input", help="text file, one text per line (default: standard input)")
-    em.add_argument("--output", required=True, help=".npy (sentence vectors) or .jsonl")
+    em.add_argument("--output", help=".npy (sentence vectors) or .jsonl (default: standard output, as JSON lines)")
     em.add_argument("--layers",
                     help="a layer number (0: embeddings, -1: last), last, sum-last-4, concat-last-4 (all the "
                          "outputs of a model with fewer, as it then says), or all (mean) "
@@ -38,7 +38,8 @@ def run(args) -> None:
     from ..paths import check_apart
     from ..tasks.common import read_text
 
-    check_output(args.output, args.pooling)  # before any work
+    if args.output:
+        check_output(args.output, args.pooling)  # before any work
     check_apart(args.output, args.input, args.model)
     if args.layers:
         check_layers(args.layers)
@@ -46,6 +47,11 @@ def run(args) -> None:
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
     embedder = Embedder.from_pretrained(args.model, resolve_device(args.device), args.precision)
+    refused = getattr(embedder, "LAYERS_REFUSED", None)  # a model whose vectors come of no layer number
+    if args.layers and refused:
+        raise BertforgeError(f"{args.model}: {refused}")
+    if args.features and args.features not in getattr(embedder, "FEATURES", ()):
+        raise BertforgeError(f"{args.model}: --features is for CoVe models (glove, cove, glove+cove)")
     layers = args.layers or ("all" if hasattr(embedder, "vocab") else "last")  # ELMo: the average of its layers
     layers = int(layers) if layers.lstrip("-").isdigit() else layers
     note = check_layers(layers, embedder.states)  # before the header that says the work starts
@@ -55,14 +61,14 @@ def run(args) -> None:
         say(note)
     say(header(embedder.model, next(embedder.model.parameters()).device, args.precision,
                f"{len(texts):,} texts from {args.input or 'standard input'}",
-               f"{args.output}: layers {layers}, pooling {args.pooling or 'its default'}"))
-    if args.features and args.features not in getattr(embedder, "FEATURES", ()):
-        raise BertforgeError(f"{args.model}: --features is for CoVe models (glove, cove, glove+cove)")
+               f"{args.output or 'standard output'}: layers {layers}, pooling {args.pooling or 'its default'}"))
     vectors = embedder.encode(texts, layers, args.pooling, args.batch_size, args.max_seq_length,
                               progress=len(texts) >= 1000,  # a few seconds' work or more
                               **({"features": args.features} if args.features else {}))
     # cut exactly as encode() cuts, so tokens and vectors line up
     tokens = embedder.tokens(texts, args.max_seq_length) if args.pooling == "tokens" else None
     write_embeddings(args.output, vectors, texts, tokens)
-    shape = vectors.shape if hasattr(vectors, "shape") else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}"
-    print(f"wrote {shape} vectors to {args.output}", file=sys.stderr)
+    if args.output:
+        shape = (vectors.shape if hasattr(vectors, "shape")
+                 else f"{len(vectors)} texts x tokens x {vectors[0].shape[-1]}")
+        print(f"wrote {shape} vectors to {args.output}", file=sys.stderr)

@@ -1,11 +1,9 @@
-"""`bertforge finetune`: its options, the fine-tuning recipe of the model's family under every
-option given, and the call."""
+"""`bertforge finetune`: its options and one call, `bertforge.finetune` with them as keywords (the
+fine-tuning recipe of the model's family under every option given is resolved there)."""
 
 from __future__ import annotations
 
-from ..replay import run_arguments
-from ..training.tracking import check_reporters
-from .common import REPORT_TO, HelpFormatter
+from .common import REPORT_TO, HelpFormatter, keywords
 
 
 COVE_FEATURES = ("glove", "cove", "glove+cove")  # config/cove.py's, named here so that --help needs no torch
@@ -106,54 +104,11 @@ def _add_training(fine) -> None:
 
 def run(args) -> None:
     from ..finetune import finetune
-    from ..tasks import make_task
-    from ..training.trainer import TrainOptions
-
-    check_reporters(args.report_to)  # a tracker's missing package, before any work
-    task = make_task(args.task, text_column=_column(args.text_column), pair_column=_column(args.pair_column),
-                     label_column=_column(args.label_column), max_seq_length=args.max_seq_length,
-                     header=False if args.no_header else None, tag_column=args.tag_column,
-                     word_column=args.word_column, scheme=args.scheme, doc_stride=args.doc_stride,
-                     max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
-                     n_best=args.n_best, null_threshold=args.null_threshold,
-                     choice_columns=args.choice_columns.split(",") if args.choice_columns else None,
-                     prefix_column=args.prefix_column,
-                     features=None if args.features in COVE_FEATURES else args.features)
-    from ..families import family_of
-    from ..finetune import finetuning_plan
-    from ..formats.hf import read_config
-
-    base = read_config(args.model)
-    family = family_of(base)
-    # the family's recipe (ULMFiT's for an AWD-LSTM) under every flag given
-    plan = finetuning_plan(base, {"lr": args.lr, "warmup": args.warmup, "schedule": args.schedule,
-                                  "layer_decay": args.layer_lr_decay})
-    # a recipe of several settings (ULMFiT's) is described whole; a rate alone, when it was not given
-    if not args.quiet and (family.gradual_unfreezing or args.lr is None):
-        print(family.finetuning_note.format(width=base.hidden_size, **{"layer_decay": 1.0, "schedule": "linear",
-                                                                       **plan.values()}), flush=True)
-    options = TrainOptions(
-        out=args.out, steps=args.steps, **plan.values(),
-        weight_decay=args.weight_decay, accum=args.accum, clip=args.clip, precision=args.precision,
-        log_every=args.log_every, keep=1, seed=args.seed, progress=not args.quiet, patience=args.patience,
-        unfreeze_every=args.unfreeze_every, compile=args.compile, max_minutes=args.max_minutes,
-        report_to=args.report_to or (),
-    )
-    result = finetune(task, args.train, args.dev, args.model, args.out, epochs=args.epochs,
-                      batch_size=args.batch_size, classifier_dropout=args.classifier_dropout,
-                      eval_every=args.eval_every, options=options, resume=args.resume, lm_weight=args.lm_weight,
-                      max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                      crf=args.crf, tagger=args.tagger, command_line=run_arguments(args.command, vars(args)),
-                      plan=plan, features=args.features if args.features in COVE_FEATURES else None)
-    best = result["best"]
     from ..metrics import format_score, format_scores
 
-    kept = format_scores(best.get("metrics") or {}, skip=(options.select,))
-    print(f"{result['status']} at step {result['step']}; best {options.select} "
-          f"{format_score(options.select, best['score'])} at step {best['step']}" + (f" ({kept})" if kept else "")
+    result = finetune(**keywords(args))  # the family's recipe resolved there, as for a call from Python
+    best, select = result["best"], result["select"]
+    kept = format_scores(best.get("metrics") or {}, skip=(select,))
+    print(f"{result['status']} at step {result['step']}; best {select} "
+          f"{format_score(select, best['score'])} at step {best['step']}" + (f" ({kept})" if kept else "")
           + f"; model in {args.out}/model")
-
-
-def _column(value):
-    """Column names from the command line; a number means a position (files without a header)."""
-    return int(value) if value is not None and value.isdigit() else value

@@ -6,9 +6,11 @@ from .common import HelpFormatter, add_path
 
 
 def add_command(commands) -> None:
-    info = commands.add_parser("info", help="show the configuration and size of a checkpoint",
+    info = commands.add_parser("info", help="print a checkpoint's config.json, field by field, and its parameter count "
+                                            "(counted from its weights; no text is read, nothing is run)",
                                   formatter_class=HelpFormatter)
-    add_path(info, "--model", "a checkpoint directory of any family, or a Hugging Face Hub name")
+    add_path(info, "--model", "the checkpoint to describe: a directory of any family (its config.json and weights "
+                              "file are read) or a Hugging Face Hub name")
     info.set_defaults(func=run)
 
 

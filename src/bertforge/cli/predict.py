@@ -12,7 +12,10 @@ def add_command(commands) -> None:
     pr.add_argument("--model", required=True, nargs="+",
                     help="a model written by `bertforge finetune`; several classifiers of one task predict as "
                     "their ensemble (the mean of their probabilities)")
-    pr.add_argument("--input", help="a file in the task's layout (default: standard input, one text per line)")
+    pr.add_argument("--input", help="a file in the task's layout; for a model of single texts (classification, "
+                    "regression, tagging) also plain text, one text per line: any file but .tsv/.csv/.jsonl/.json "
+                    "whose first line is not a header naming the text column (tagging: that is not CoNLL "
+                    "columns) (default: standard input, one text per line)")
     pr.add_argument("--output", help="output file: .jsonl, .conll (tagging) or .json (QA) (default: standard output)")
     pr.add_argument("--batch-size", type=int, default=64, help="examples per forward pass")
     pr.add_argument("--format", choices=["jsonl", "conll"],

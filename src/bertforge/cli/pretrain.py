@@ -82,7 +82,9 @@ def _add_data(pre) -> None:
                       help="lines: one sentence per line, blank line between documents; prose: paragraphs")
     data.add_argument("--text-field", default="text", help="field holding the text in .jsonl files")
     data.add_argument("--cache-dir", help="where shards are cached (default: $BERTFORGE_CACHE or ~/.cache/bertforge)")
-    data.add_argument("--eval-fraction", type=float, default=0.02, help="share of documents held out")
+    data.add_argument("--eval-fraction", type=float, default=0.02,
+                      help="share of the text held out for evaluation: whole documents where they are small, "
+                           "else the last sentences of each document")
 
 
 def _add_masking(pre) -> None:

@@ -30,8 +30,12 @@ def add_command(commands) -> None:
     limits.add_argument("--max-answer-mb", type=float, default=Limits.answer_bytes / 1e6,
                         help="estimated size of one answer, in MB (fill-mask: masks x top_k x length; "
                              "attention: layers x heads x length^2)")
+    limits.add_argument("--max-request-seconds", type=float, default=Limits.seconds,
+                        help="seconds of model work for one request: refused (413) when its tokens at the model's "
+                             "measured pace would take longer, given up (503) when not answered in time")
     limits.add_argument("--read-timeout", type=float, default=Limits.read_seconds,
-                        help="seconds a client has to send a request's head, and then its body")
+                        help="seconds a client has to send a request's head, and then its body; and to read "
+                             "some of its answer, once the answer waits for it")
     limits.add_argument("--keep-alive", type=float, default=Limits.keep_alive_seconds,
                         help="seconds an idle connection stays open between requests")
     add_device(sv)
@@ -48,5 +52,5 @@ def run(args) -> None:
 
     limits = Limits(texts=args.max_texts, tokens=args.max_tokens, choices=args.max_choices, beam=args.max_beam,
                     answer_bytes=round(args.max_answer_mb * 1e6), read_seconds=args.read_timeout,
-                    keep_alive_seconds=args.keep_alive)
+                    keep_alive_seconds=args.keep_alive, seconds=args.max_request_seconds)
     serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms, limits)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from .common import REPORT_TO, HelpFormatter, add_device, add_path, renamed, resolve_device
+from .common import REPORT_TO, HelpFormatter, add_device, add_path, keywords, renamed, resolve_device
 
 # config/marian.py's and config/cove.py's, named here so that --help needs no torch
 PRESETS = ["mt-tiny", "multi30k", "base", "big", "cove-tiny", "cove"]
@@ -30,9 +30,16 @@ def _add_train(commands) -> None:
     p.add_argument("--arch", choices=["transformer", "lstm"], default="transformer",
                    help="transformer: Vaswani et al.'s; lstm: CoVe's attentional LSTM encoder-decoder over fixed "
                         "--word-vectors (McCann et al., 2017)")
+    p.add_argument("--init", metavar="MODEL",
+                   help="fine-tune this translation model (a MarianMT directory: ours, or a published OPUS-MT one; or "
+                        "a Hugging Face Hub name such as Helsinki-NLP/opus-mt-en-de) with its own vocabulary and "
+                        "size, instead of a new one (default --lr 5e-5, --warmup 100)")
     p.add_argument("--word-vectors", metavar="FILE",
                    help="--arch lstm: the fixed source word vectors (GloVe text, word2vec .vec/.bin; "
                         "bertforge word-vectors makes them)")
+    p.add_argument("--min-vector-coverage", type=float, default=0.5,
+                   help="--arch lstm: refuse to train when a smaller share of the training sources' words have a "
+                        "word vector (the others all read one zero vector); 0 trains whatever the share")
     p.add_argument("--preset", choices=PRESETS,
                    help="the model's size (default: multi30k for the transformer, cove for the lstm)")
     p.add_argument("--vocab-size", type=int, default=8000, help="size of the joint sub-word vocabulary")
@@ -79,32 +86,45 @@ def _add_translate(commands) -> None:
     p.add_argument("--max-len-a", type=float, default=1.5, help="length limit: a x source length + b")
     p.add_argument("--max-len-b", type=int, default=10, help="length limit: a x source length + b")
     p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
+    p.add_argument("--scores", action="store_true",
+                   help="write each translation's score after it, tab-separated: its summed log-probability over "
+                        "the length penalty, what the search ranks by (transformers' sequences_scores)")
+    p.add_argument("--n-best", type=int, metavar="K",
+                   help="write the K best translations of each sentence (K at most --beam), a line each: the "
+                        "sentence's line number (from 0), the translation and its score, tab-separated (as "
+                        "fairseq's and Moses' n-best lists); --reference scores the best")
+    p.add_argument("--max-tokens", type=int, default=32_768,
+                   help="tokens one batch may have the model read: each source, and every token each hypothesis of "
+                        "its beam may decode (bertforge serve's estimate); batches are cut to fit, and a sentence "
+                        "over it alone is refused")
     add_device(p)
     p.set_defaults(func=run_translate)
 
 
 def run_train(args) -> None:
-    from ..errors import BertforgeError
     from ..train_translation import train_translation
 
-    if args.arch != "transformer" and (args.pre_ln or args.untie_output):
-        raise BertforgeError("--pre-ln and --untie-output are the Transformer's (--arch transformer)")
-    if args.warmup is not None and args.warmup < 1:  # a fraction, as pretrain's and finetune's --warmup
-        if args.steps is None:
-            raise BertforgeError(f"--warmup {args.warmup}: a fraction of the steps needs --steps (or give steps)")
-        args.warmup = max(1, round(args.warmup * args.steps))
-    summary = train_translation(
-        args.source_lang, args.target_lang, args.train, args.dev, args.out, preset=args.preset,
-        vocab_size=args.vocab_size, vocab_kind=args.vocab_kind, max_tokens=args.batch_tokens, max_length=args.max_seq_length,
-        steps=args.steps, max_minutes=args.max_minutes, lr=args.lr,
-        warmup=None if args.warmup is None else int(args.warmup),
-        label_smoothing=args.label_smoothing, eval_every=args.eval_every, bleu_sentences=args.bleu_sentences,
-        average=args.average, precision=args.precision, seed=args.seed, resume=args.resume,
-        report_to=tuple(args.report_to or ()), arch=args.arch, word_vectors=args.word_vectors,
-        overrides={**({"normalize_before": True} if args.pre_ln else {}),
-                   **({"dropout": args.dropout} if args.dropout is not None else {}),
-                   **({"tie_word_embeddings": False} if args.untie_output else {})})
-    print(f"{summary['status']} at step {summary['step']}; validation: {summary['eval']}")
+    summary = train_translation(**keywords(args))  # the arch's defaults resolved there, as for a call from Python
+    print(closing_summary(summary, args.out))
+
+
+def closing_summary(summary: dict, out: str) -> str:
+    """The run's last lines: where the model is, and its validation scores on BLEU's 0-100 scale."""
+    import os
+
+    scores = summary.get("eval") or {}
+    model = os.path.join(out, "model")
+    lines = [f"{summary['status']} at step {summary['step']:,} after {summary.get('elapsed_s', 0) / 60:.1f} minutes; "
+             f"the model is in {model}" + (f" (the mean of {len(summary['averaged'])} checkpoints)"
+                                         if summary.get("averaged") else "")]
+    if scores:
+        text = f"validation: loss {scores['loss']:.3f}, token accuracy {100 * scores['accuracy']:.1f}%"
+        if "bleu" in scores:
+            text += (f", BLEU {scores['bleu']:.2f} ({scores.get('bleu_decoding', 'greedy')}, "
+                     f"{scores.get('bleu_sentences', '?')} sentences; {scores.get('bleu_signature', 'sacreBLEU')})")
+        lines.append(text)
+    lines.append(f"translate with: bertforge translate --model {model} --input FILE")
+    return "\n".join(lines)
 
 
 def run_translate(args) -> None:
@@ -112,7 +132,7 @@ def run_translate(args) -> None:
     from ..load import load
     from ..paths import check_apart
     from ..scoring import corpus_scores, describe
-    from ..translate import DecodeOptions, translate
+    from ..translate import DecodeOptions, translate_scored
 
     check_apart(args.output, args.input, args.reference, args.model)
     sentences = _read_lines(args.input)  # bad input is said before the model is read
@@ -120,13 +140,21 @@ def run_translate(args) -> None:
     loaded = load(args.model, resolve_device(args.device), use="translate")
     source = args.input or "standard input"
     options = DecodeOptions(beam=args.beam, length_penalty=args.length_penalty, penalty=args.penalty,
-                            max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size)
-    out = translate(loaded.model, loaded.tokenizer, sentences, options, source=source)
+                            max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size,
+                            max_tokens=args.max_tokens)
+    scored = translate_scored(loaded.model, loaded.tokenizer, sentences, options, args.n_best or 1, source=source)
+    out = [hyps[0][0] for hyps in scored]
+    if args.n_best:
+        lines = [f"{n}\t{text}\t{score:.4f}" for n, hyps in enumerate(scored) for text, score in hyps]
+    elif args.scores:
+        lines = [f"{hyps[0][0]}\t{hyps[0][1]:.4f}" for hyps in scored]
+    else:
+        lines = out
     if args.output:
         with atomic_file(args.output) as f:
-            f.writelines(line + "\n" for line in out)
+            f.writelines(line + "\n" for line in lines)
     else:
-        sys.stdout.writelines(line + "\n" for line in out)
+        sys.stdout.writelines(line + "\n" for line in lines)
         sys.stdout.flush()
     if references is not None:
         print(describe(corpus_scores(out, references)), file=sys.stderr)

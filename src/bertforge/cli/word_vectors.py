@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import HelpFormatter, renamed
+from .common import HelpFormatter, keywords, renamed
 
 
 def add_command(commands) -> None:
@@ -37,13 +37,9 @@ def add_command(commands) -> None:
 
 
 def run(args) -> None:
-    from ..word_vectors import GloveOptions, train_word_vectors
+    from ..word_vectors import word_vectors
 
-    options = GloveOptions(dim=args.dim, window=args.window, min_count=args.min_count, max_vocab=args.max_vocab,
-                           lowercase=not args.cased, x_max=args.x_max, alpha=args.alpha, lr=args.lr,
-                           epochs=args.epochs, batch_size=args.batch_size, memory_mb=args.memory_mb,
-                           max_minutes=args.max_minutes, seed=args.seed)
-    summary = train_word_vectors(args.corpus, args.output, options, layout=args.layout, resume=args.resume)
+    summary = word_vectors(**keywords(args))
     print(f"{summary['words']:,} words, {summary['entries']:,} co-occurrence entries from "
           f"{summary['corpus_words']:,} words of text; {summary['epochs']} epochs "
           f"({summary['status']}), cost {summary['cost']}, {summary['seconds']} s; vectors in {args.output}")

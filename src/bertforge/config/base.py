@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from ..errors import BertforgeError
+from ..paths import why_missing
 
 
 def bertforge_version() -> str:
@@ -129,8 +130,8 @@ def _read_json(path: str):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: no such file") from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise BertforgeError(f"{path}: {why_missing(path)}") from None
     except json.JSONDecodeError as e:
         raise BertforgeError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except (OSError, UnicodeDecodeError) as e:

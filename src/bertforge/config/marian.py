@@ -74,7 +74,8 @@ class MarianConfig(HFConfig):
     IGNORED_KEYS = frozenset({"encoder_layerdrop", "decoder_layerdrop", "num_hidden_layers", "classifier_dropout",
                               "classif_dropout", "max_length", "num_beams", "bad_words_ids", "static_position_embeddings",
                               "add_bias_logits", "add_final_layer_norm", "normalize_embedding", "extra_pos_embeddings",
-                              "architectures_", "bos_token_id", "model_name"})
+                              "architectures_", "bos_token_id", "model_name",
+                              "_num_labels"})  # published OPUS-MT configs have it (of id2label)
 
     def __post_init__(self) -> None:
         self._check_ranges(counts=("vocab_size", "max_position_embeddings", "d_model", "encoder_layers",

@@ -1,4 +1,4 @@
-"""From shards to masked pretraining batches: split documents into train and held-out, draw an
+"""From shards to masked pretraining batches: split the text into train and held-out, draw an
 epoch's instances (sentence pairs, or packed full sentences), collate them into padded tensors,
 and mask each batch as it is drawn (tokens, whole words, spans or n-grams).
 
@@ -19,6 +19,7 @@ import torch
 from ..checks import RATE, check
 from ..errors import BertforgeError
 from .tokenizer import Tokenizer
+from .held_out import hold_out
 from .instances import A_END, A_START, B_END, B_START, IS_RANDOM, create_instances, create_packed_instances
 from .masking import IGNORE, geometric_lengths, mask_spans, mask_tokens, ngram_lengths
 from .shards import Shards
@@ -114,8 +115,19 @@ class PretrainingData:
         if self.marks_ends:
             marked |= special
         self.marked = torch.from_numpy(marked)
-        self.train_documents, self.eval_documents = split_documents(shards.num_documents, eval_fraction, seed)
+        # About eval_fraction of the text held out: whole documents, or the ends of few, long ones
+        # (held_out.py); each side of a cut is a document of the view `self.shards`.
+        self.held_out = hold_out(shards.document_tokens(), eval_fraction, seed, shards.sentence_starts)
+        self.shards, self.train_documents, self.eval_documents = shards.cut(self.held_out.cuts)
         self._epoch_cache: tuple[int, np.ndarray, np.ndarray | None] | None = None
+
+    def split_facts(self) -> dict:
+        """The documents trained on and held out whole, and what was held out (for run_config.json
+        and the run's first lines: `held_out.describe`)."""
+        bounds = np.asarray(self.shards.documents)
+        sentences = int((bounds[self.eval_documents + 1] - bounds[self.eval_documents]).sum())
+        return {"train_documents": self.held_out.train_documents, "eval_documents": self.held_out.eval_documents,
+                "held_out": self.held_out.facts("tokens", sentences, "sentences")}
 
     def _instances(self, documents: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
         """(instances, pieces): sentence pairs (N, 5) and None, or packed rows (N, 2) and their pieces."""
@@ -287,20 +299,6 @@ def next_token_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> d
     return {"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids), "attention_mask": attention_mask,
             "lm_positions": positions, "lm_targets": input_ids.reshape(-1)[positions + 1],
             "counts": {"lm": len(positions)}, "tokens": int(attention_mask.sum())}
-
-
-def split_documents(n: int, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded split of document indices into training and held-out.
-
-    At least two documents are held out (with one, every held-out NSP negative would come from the
-    same document), and at least two are left for training; below four documents nothing is held out.
-    """
-    order = np.random.default_rng([seed, 7]).permutation(n)
-    held = 0 if n < 4 or eval_fraction <= 0 else min(n - 2, max(2, round(n * eval_fraction)))
-    if eval_fraction > 0 and held == 0:
-        warnings.warn(f"only {n} document(s): no held-out evaluation, and next-sentence negatives come from "
-                      "the same document" if n == 1 else f"only {n} documents: no held-out evaluation", stacklevel=3)
-    return np.sort(order[held:]), np.sort(order[:held])
 
 
 def _seed_int(parts: tuple[int, ...]) -> int:

@@ -134,3 +134,15 @@ def describe_coverage(coverage: dict) -> str:
         line += (f"; {coverage['different_without']:,} different words have none (the zero vector), the commonest: "
                  + ", ".join(coverage["commonest_without"]))
     return line
+
+
+def check_coverage(coverage: dict, least: float, vectors: str) -> None:
+    """Refuse, before training, word vectors that cover less than the share `least` of the words read
+    (`CoveTokenizer.coverage`): the encoder would read the one zero vector for most of them, and a
+    run over none trained its whole budget for nothing."""
+    share = 1 - coverage["without_vector"] / max(coverage["words"], 1)
+    if share < least:
+        raise BertforgeError(f"{vectors}: only {share:.1%} of the {coverage['words']:,} training source words have a "
+                             f"vector (--min-vector-coverage {least:g}); the commonest without one: "
+                             f"{', '.join(coverage['commonest_without'][:5])}. Vectors learned on text like the "
+                             "corpus cover it (bertforge word-vectors); --min-vector-coverage 0 trains anyway")

@@ -29,6 +29,7 @@ from tokenizers.models import BPE, Unigram
 
 from ..atomic import atomic_file
 from ..errors import BertforgeError
+from ..paths import why_missing
 from .batches import Position
 from .masking import IGNORE
 
@@ -44,6 +45,11 @@ Pair = tuple[list[int], list[int]]
 # Reading
 
 
+def parallel_files(path: str, source_lang: str, target_lang: str) -> list[str]:
+    """The files `read_parallel` reads for `path`: itself (JSON lines), or the prefix's two."""
+    return [path] if path.endswith(JSON_SUFFIXES) else [f"{path}.{source_lang}", f"{path}.{target_lang}"]
+
+
 def read_parallel(path: str, source_lang: str, target_lang: str) -> list[tuple[str, str]]:
     """The (source, target) sentence pairs at `path`: a JSON-lines file (`.jsonl`/`.json`) of
     `{"translation": {source_lang: ..., target_lang: ...}}`, else the prefix of two line-aligned
@@ -54,13 +60,18 @@ def read_parallel(path: str, source_lang: str, target_lang: str) -> list[tuple[s
         raise BertforgeError(f"{path}: the source and target language are both {source_lang!r}")
     if path.endswith(JSON_SUFFIXES):
         if not os.path.isfile(path):
-            raise BertforgeError(f"{path}: no such file")
+            raise BertforgeError(f"{path}: {why_missing(path)}")
         return list(_json_pairs(path, source_lang, target_lang))
     files = [f"{path}.{source_lang}", f"{path}.{target_lang}"]
     missing = [f for f in files if not os.path.isfile(f)]
+    if missing and os.path.isdir(path):
+        raise BertforgeError(f"{path}: is a directory; parallel text is named by its files' prefix (PREFIX for "
+                             f"PREFIX.{source_lang} and PREFIX.{target_lang}) or is one .jsonl or .json file")
     if missing:
-        raise BertforgeError(f"{path}: no parallel text: looked for {files[0]} and {files[1]}, "
-                             f"{' and '.join(missing)} not found")
+        reasons = {f: why_missing(f) for f in missing}  # a folder by that name is not "not found"
+        found = (f"{' and '.join(missing)} not found" if set(reasons.values()) == {"no such file"}
+                 else "; ".join(f"{f}: {why}" for f, why in reasons.items()))
+        raise BertforgeError(f"{path}: no parallel text: looked for {files[0]} and {files[1]}, {found}")
     return list(_aligned_pairs(*files))
 
 
@@ -219,7 +230,7 @@ class TranslationTokenizer:
         """Load what `save_pretrained` wrote to `directory`."""
         path = os.path.join(directory, "tokenizer.json")
         if not os.path.isfile(path):
-            raise BertforgeError(f"{path}: no such file (no translation tokenizer in {directory})")
+            raise BertforgeError(f"{path}: {why_missing(path)} (no translation tokenizer in {directory})")
         try:
             backend = Backend.from_file(path)
         except Exception as e:  # the Rust library raises a bare Exception on malformed files

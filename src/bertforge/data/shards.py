@@ -10,6 +10,7 @@ corpus size; the result is cached under a key of the files, the tokenizer and th
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import multiprocessing
@@ -24,6 +25,7 @@ import numpy as np
 
 from ..atomic import atomic_directory, stale
 from ..errors import BertforgeError
+from ..paths import file_identities
 from .tokenizer import Tokenizer
 from .corpus import FileReport, find_files, read_units, split_sentences
 
@@ -59,14 +61,39 @@ class Shards:
         bounds = self.sentences[first: last + 1]
         return [self.tokens[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]
 
+    def document_tokens(self) -> np.ndarray:
+        """The number of tokens of each document (D,)."""
+        documents = np.asarray(self.documents)
+        return np.asarray(self.sentences[documents[1:]]) - np.asarray(self.sentences[documents[:-1]])
+
+    def sentence_starts(self, index: int) -> np.ndarray:
+        """Where each sentence of document `index` starts, in tokens from the document's start, and
+        its end: the places it can be cut."""
+        bounds = np.asarray(self.sentences[self.documents[index]: self.documents[index + 1] + 1])
+        return bounds - bounds[0]
+
+    def cut(self, cuts: np.ndarray) -> tuple[Shards, np.ndarray, np.ndarray]:
+        """Each document cut in two `cuts[d]` tokens in (at a sentence start; 0 or its length: not
+        cut). -> (a view whose documents are the pieces, the pieces before the cuts, those after).
+        Without a cut inside a document, the view is these shards and their documents' indices."""
+        documents = np.asarray(self.documents, dtype=np.int64)
+        firsts, lasts = documents[:-1], documents[1:]
+        at = np.searchsorted(np.asarray(self.sentences), np.asarray(self.sentences[firsts]) + cuts)  # sentence indices
+        inside = (at > firsts) & (at < lasts)
+        view = self
+        if inside.any():
+            view = copy.copy(self)
+            view.documents = np.sort(np.concatenate([documents, at[inside]]))
+        starts = np.asarray(view.documents[:-1])
+        after = starts >= at[np.searchsorted(documents, starts, side="right") - 1]
+        return view, np.flatnonzero(~after), np.flatnonzero(after)
+
 
 def shard_key(files: list[str], tokenizer: Tokenizer, layout: str, text_field: str) -> str:
     """A digest of everything the shards depend on: file identities, the tokenizer, the settings."""
     h = hashlib.sha256()
     h.update(json.dumps({"version": FORMAT_VERSION, "layout": layout, "text_field": text_field}).encode())
-    for path in files:
-        stat = os.stat(path)
-        h.update(f"{os.path.abspath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    h.update(file_identities(files).encode())
     h.update(tokenizer.backend.to_str().encode())
     return h.hexdigest()[:20]
 

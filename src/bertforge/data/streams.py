@@ -9,7 +9,9 @@ AWD-LSTM: `bptt` with probability 0.95, else bptt / 2, then drawn from a normal 
 5), so that every word is, over the epochs, at every distance from a chunk boundary. Each length is
 a pure function of (seed, epoch, offset), so a resumed run cuts the same chunks.
 
-Held-out documents form their own stream, read in order with chunks of exactly `bptt`.
+About `eval_fraction` of the words are held out (held_out.py: whole documents, or the ends of few,
+long ones, cut after a word of `sentence_ends`) and form their own stream, read in order with chunks
+of exactly `bptt`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import torch
 
 from ..errors import BertforgeError
 from ..progress import progress
-from .batches import Position, split_documents
+from .batches import Position
 from .corpus import FileReport, read_units
+from .held_out import hold_out
 
 
 def read_documents(files: list[str], encode, begin: list[int], layout: str = "auto", text_field: str = "text",
@@ -60,17 +63,28 @@ class LMStreams:
     `backwards` reverses every document (ULMFiT's backward model reads right to left); `variable`
     draws AWD-LSTM's chunk lengths (else every chunk is `bptt` long); `bidirectional` adds the
     reversed stream ELMo's backward LSTMs read; `encode` turns each batch into the model's inputs
-    (ELMo: characters and softmax ids). With several processes each takes its own `batch_size` rows."""
+    (ELMo: characters and softmax ids). With several processes each takes its own `batch_size` rows.
+    A document's held-out end begins after one of the ids `sentence_ends` (any word without them);
+    it is the same text read either way."""
 
     def __init__(self, documents: list[np.ndarray], batch_size: int, bptt: int, seed: int = 0,
                  eval_fraction: float = 0.02, rank: int = 0, world: int = 1, accum: int = 1,
                  backwards: bool = False, variable: bool = True, source: str = "the corpus",
-                 bidirectional: bool = False, encode=None):
+                 bidirectional: bool = False, encode=None, sentence_ends: tuple[int, ...] = ()):
+        ends = np.array(sentence_ends, dtype=np.int64)
+
+        def boundaries(d: int) -> np.ndarray:
+            doc = documents[d]
+            inside = np.flatnonzero(np.isin(doc, ends)) + 1 if len(ends) else np.arange(1, len(doc))
+            return np.unique(np.concatenate([[0], inside, [len(doc)]]))
+
+        self.held_out = hold_out(np.array([len(d) for d in documents]), eval_fraction, seed, boundaries)
+        cuts = self.held_out.cuts
+        self.train_documents = [d[:c] for d, c in zip(documents, cuts) if c > 0]
+        self.eval_documents = [d[c:] for d, c in zip(documents, cuts) if c < len(d)]
         if backwards:
-            documents = [d[::-1].copy() for d in documents]
-        train, held = split_documents(len(documents), eval_fraction, seed)
-        self.train_documents = [documents[i] for i in train]
-        self.eval_documents = [documents[i] for i in held]
+            self.train_documents = [d[::-1].copy() for d in self.train_documents]
+            self.eval_documents = [d[::-1].copy() for d in self.eval_documents]
         self.batch_size, self.bptt, self.seed, self.accum = batch_size, bptt, seed, accum
         self.rank, self.world, self.variable = rank, world, variable
         # ELMo's biLM: a second stream of the documents reversed (in another order), read by the
@@ -82,6 +96,13 @@ class LMStreams:
             raise BertforgeError(f"{source}: {per_row * rows:,} words to train on make rows of {per_row} words for "
                                  f"{rows} streams, too short for a BPTT length of {bptt}; lower --bptt or "
                                  "--batch-size, or give more text")
+
+    def split_facts(self) -> dict:
+        """The documents trained on and held out whole, and what was held out (for run_config.json
+        and the run's first lines: `held_out.describe`)."""
+        held = self.held_out
+        return {"train_documents": held.train_documents, "eval_documents": held.eval_documents,
+                "held_out": held.facts("words", held.held, "words")}
 
     def _rows(self, documents: list[np.ndarray]) -> np.ndarray:
         """This process's rows (batch_size, n) of the documents concatenated in the given order."""

@@ -2,6 +2,8 @@
 
 Backed by Hugging Face's Rust `tokenizers` with BERT's own pipeline (BertNormalizer, BertPreTokenizer,
 WordPiece with `##` continuations), so that ids, token types and offsets equal `BertTokenizerFast`.
+A vocabulary learned here strips accents from Latin, Greek and Cyrillic letters only and keeps the
+text composed, so that Korean, Japanese and Indic scripts are learned as written (see `ACCENTS`).
 Two BPE kinds can be learned instead, with the same special tokens and input layout: RoBERTa's
 byte-level BPE (GPT-2's: every byte is a symbol, so nothing is ever unknown), and GPT-1's BPE over
 BERT's lowercased words, which marks the last piece of each word with `</w>` (`the</w>`, `pretrain`
@@ -15,6 +17,7 @@ _classify_`. A vocabulary holding them encodes that way (`with_input_transforms`
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -24,7 +27,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tokenizers import AddedToken, decoders, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers, processors, trainers
 from tokenizers import Tokenizer as Backend
 from tokenizers.models import BPE, WordPiece
 
@@ -64,8 +67,73 @@ class Encoding:
 # transformers' slow class for a WordPiece vocabulary (its fast twin reads tokenizer.json)
 WORDPIECE_CLASS = "BertTokenizer"
 
+# Where accents are stripped. BERT ("all") takes every non-spacing mark (Mn) off the NFD-decomposed
+# text and leaves it decomposed: Hangul syllables fall apart into conjoining jamo, kana lose their
+# voicing marks (が -> か) and Devanagari its vowel signs, changing the words. "latin" strips the
+# marks only where they sit on Latin, Greek, Cyrillic or Common (digits, punctuation) characters,
+# exactly as BERT does there, keeps them on every other script, and composes the text again (NFC).
+ACCENTS = ("latin", "all")
+ACCENT_BASES = r"\p{Latin}\p{Greek}\p{Cyrillic}\p{Common}"
+
+
+@functools.lru_cache(maxsize=None)
+def bert_marks() -> str:
+    """The marks BERT's normalizer strips, as a regex character class body: asked of the `tokenizers`
+    library's own `BertNormalizer` (its Unicode tables are older than Python's), so that Latin text
+    comes out exactly as `BertTokenizerFast` gives it."""
+    probe = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False, strip_accents=True,
+                                       lowercase=False)
+    marks = [cp for cp in range(0x110000) if unicodedata.category(chr(cp))[0] == "M"
+             and unicodedata.normalize("NFD", chr(cp)) == chr(cp) and probe.normalize_str("a" + chr(cp)) == "a"]
+    ranges: list[list[int]] = []
+    for cp in marks:
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    return "".join(f"\\x{{{a:X}}}" + (f"-\\x{{{b:X}}}" if b > a else "") for a, b in ranges)
+
+
+def normalizer(lowercase: bool, strip_accents: bool | None, split_cjk: bool, accents: str = "all"):
+    """BERT's normalizer (clean-up, spaces around CJK ideographs, accents stripped when lowercasing
+    unless `strip_accents` says otherwise, lowercasing); with `accents="latin"` the accents are
+    stripped as `ACCENTS` says, as a sequence that a saved tokenizer.json carries with it."""
+    if accents not in ACCENTS:
+        raise BertforgeError(f"accents must be one of {', '.join(ACCENTS)}, got {accents!r}")
+    strips = lowercase if strip_accents is None else strip_accents
+    if accents == "all" or not strips:
+        return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=split_cjk,
+                                          strip_accents=strip_accents, lowercase=lowercase)
+    steps = [normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=split_cjk, strip_accents=False,
+                                        lowercase=False),
+             normalizers.NFD(),
+             normalizers.Replace(Regex(f"(?<=[{ACCENT_BASES}])[{bert_marks()}]+"), ""),
+             normalizers.NFC()]
+    return normalizers.Sequence(steps + ([normalizers.Lowercase()] if lowercase else []))  # BERT lowercases last
+
+
+def accents_of(backend: Backend) -> str:
+    """"latin" when `backend` strips accents as `normalizer(accents="latin")` does, else "all"."""
+    if not isinstance(backend.normalizer, normalizers.Sequence):
+        return "all"
+    steps = json.loads(backend.normalizer.__getstate__()).get("normalizers") or []
+    patterns = [(step.get("pattern") or {}).get("Regex", "") for step in steps if step.get("type") == "Replace"]
+    return "latin" if any(p.startswith(f"(?<=[{ACCENT_BASES}])") for p in patterns) else "all"
+
+
+def composed(tokens: Iterable[str]) -> bool:
+    """Whether a vocabulary holds characters that BERT's accent stripping never leaves: precomposed
+    ones (Hangul syllables, が) or non-spacing marks (Devanagari vowel signs). Such a vocabulary was
+    learned on text stripped with `accents="latin"`. Any other is given BERT's normalizer: a
+    vocabulary learned with either reads the text it was learned from alike, and BERT's own need
+    theirs (bert-base-uncased's vocab.txt holds jamo, learned from decomposed Hangul)."""
+    characters = set("".join(tokens))
+    return any(unicodedata.normalize("NFD", c) != c or unicodedata.category(c) == "Mn" for c in characters)
+
+
 class Tokenizer:
-    """A BERT WordPiece tokenizer. Build one with `train`, `from_vocab` or `from_pretrained`."""
+    """A BERT WordPiece tokenizer. Build one with `train`, `from_vocab` or `from_pretrained`.
+    `accents` says how its normalizer strips accents (see `ACCENTS`): read from the backend."""
 
     def __init__(self, backend: Backend, lowercase: bool = True, strip_accents: bool | None = None,
                  split_cjk: bool = True, model_max_length: int = 512):
@@ -74,6 +142,7 @@ class Tokenizer:
         self.strip_accents = strip_accents
         self.split_cjk = split_cjk
         self.model_max_length = model_max_length
+        self.accents = accents_of(backend)
         vocab = backend.get_vocab()
         missing = [t for t in SPECIAL_TOKENS if t not in vocab]
         if missing:
@@ -139,12 +208,11 @@ class Tokenizer:
     # ---- construction -------------------------------------------------------------------------
 
     @staticmethod
-    def _pipeline(model: WordPiece, lowercase: bool, strip_accents: bool | None, split_cjk: bool) -> Backend:
+    def _pipeline(model: WordPiece, lowercase: bool, strip_accents: bool | None, split_cjk: bool,
+                  accents: str = "all") -> Backend:
         backend = Backend(model)
         # BERT strips accents whenever it lowercases, unless told otherwise (strip_accents=None).
-        backend.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=split_cjk, strip_accents=strip_accents, lowercase=lowercase
-        )
+        backend.normalizer = normalizer(lowercase, strip_accents, split_cjk, accents)
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece(prefix="##")
         return backend
@@ -160,10 +228,11 @@ class Tokenizer:
         return backend
 
     @staticmethod
-    def _word_bpe_pipeline(model: BPE, lowercase: bool, strip_accents: bool | None, split_cjk: bool) -> Backend:
+    def _word_bpe_pipeline(model: BPE, lowercase: bool, strip_accents: bool | None, split_cjk: bool,
+                           accents: str = "all") -> Backend:
         # BERT's normaliser and word splitting (what `transformers`' OpenAIGPTTokenizer falls back to
         # without spaCy), then BPE inside each word.
-        backend = Tokenizer._pipeline(model, lowercase, strip_accents, split_cjk)
+        backend = Tokenizer._pipeline(model, lowercase, strip_accents, split_cjk, accents)
         backend.decoder = decoders.BPEDecoder(suffix=END_OF_WORD)
         return backend
 
@@ -171,7 +240,7 @@ class Tokenizer:
     def train(cls, files: Iterable[str | os.PathLike] = (), texts: Iterable[str] = (), vocab_size: int = 30522,
               min_frequency: int = 2, lowercase: bool = True, strip_accents: bool | None = None,
               split_cjk: bool = True, limit_alphabet: int | None = None,
-              show_progress: bool = False, kind: str = "wordpiece") -> "Tokenizer":
+              show_progress: bool = False, kind: str = "wordpiece", accents: str = "latin") -> "Tokenizer":
         """Learn a vocabulary from the text in `files` (files, folders, globs; read as `pretrain`
         reads its corpus) and/or an iterable of `texts`: WordPiece; with
         `kind="byte-bpe"` RoBERTa's byte-level BPE (cased unless `lowercase`; the accent and CJK
@@ -180,6 +249,12 @@ class Tokenizer:
         `limit_alphabet=None` keeps
         every character seen, so that scripts with many characters (Hangul, Han) are not reduced
         to [UNK]; set a limit to drop rare characters on noisy corpora.
+
+        `accents` (when accents are stripped: by default when lowercasing): "latin" strips them from
+        Latin, Greek and Cyrillic letters only, as BERT does there, so that Hangul syllables, voiced
+        kana and Devanagari vowel signs are learned as written; "all" strips every mark, as BERT's
+        own vocabularies were learned (see `ACCENTS`). A WordPiece vocabulary that holds nothing
+        the two would treat differently is given BERT's normalizer, and saves as before.
 
         `show_progress`: on a terminal (standard error), the `tokenizers` trainer's own bar; anywhere
         else (a log, CI), where that bar would be a line of carriage returns, a line when it starts
@@ -196,14 +271,14 @@ class Tokenizer:
                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=show_progress)
         elif kind == "bpe":
             backend = cls._word_bpe_pipeline(BPE(unk_token=UNK, end_of_word_suffix=END_OF_WORD),
-                                             lowercase, strip_accents, split_cjk)
+                                             lowercase, strip_accents, split_cjk, accents)
             options = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
             trainer = trainers.BpeTrainer(
                 vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
                 end_of_word_suffix=END_OF_WORD, show_progress=show_progress, **options)
         else:
             backend = cls._pipeline(WordPiece(unk_token=UNK, max_input_chars_per_word=100),
-                                    lowercase, strip_accents, split_cjk)
+                                    lowercase, strip_accents, split_cjk, accents)
             options = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
             trainer = trainers.WordPieceTrainer(
                 vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
@@ -214,12 +289,17 @@ class Tokenizer:
         sentences = corpus_sentences(find_files(files)) if files else iter(())
         with Timed(f"learning a {vocab_size:,}-token {kind} vocabulary", enabled=lines):
             backend.train_from_iterator(itertools.chain(sentences, texts), trainer=trainer)
+        if kind == "wordpiece" and not composed(backend.get_vocab()):  # as from_vocab will read it
+            backend.normalizer = normalizer(lowercase, strip_accents, split_cjk)
         return cls(backend, lowercase, strip_accents, split_cjk)
 
     @classmethod
     def from_vocab(cls, path: str, lowercase: bool = True, strip_accents: bool | None = None,
-                   split_cjk: bool = True, model_max_length: int = 512) -> "Tokenizer":
-        """Load a `vocab.txt`: one token per line, the line number (from 0) is its id."""
+                   split_cjk: bool = True, model_max_length: int = 512, accents: str | None = None) -> "Tokenizer":
+        """Load a `vocab.txt`: one token per line, the line number (from 0) is its id. `accents`
+        (see `ACCENTS`) by default follows the vocabulary: "latin" when it holds characters that
+        only that stripping leaves (see `composed`), else BERT's, so that the original BERT
+        vocabularies tokenize exactly as `BertTokenizerFast`."""
         vocab: dict[str, int] = {}
         try:
             with open(path, encoding="utf-8") as f:
@@ -240,8 +320,9 @@ class Tokenizer:
         if not vocab:
             raise BertforgeError(f"{path}: the vocabulary is empty")
         model = WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=100)
+        accents = accents or ("latin" if composed(vocab) else "all")
         try:
-            return cls(cls._pipeline(model, lowercase, strip_accents, split_cjk),
+            return cls(cls._pipeline(model, lowercase, strip_accents, split_cjk, accents),
                        lowercase, strip_accents, split_cjk, model_max_length)
         except BertforgeError as e:
             raise BertforgeError(f"{path}: {e}") from None
@@ -300,11 +381,11 @@ class Tokenizer:
         os.makedirs(directory, exist_ok=True)
         specials = {"pad_token": PAD, "unk_token": UNK, "cls_token": CLS, "sep_token": SEP, "mask_token": MASK}
         config = {
-            # A BPE with BERT's special tokens is no HF slow class, and GPT-1's input
-            # transforms live in tokenizer.json's post-processor: the generic fast tokenizer reads
-            # tokenizer.json as it is.
+            # A BPE with BERT's special tokens is no HF slow class, GPT-1's input transforms live in
+            # tokenizer.json's post-processor, and BertTokenizer would rebuild BERT's accent
+            # stripping: the generic fast tokenizer reads tokenizer.json as it is.
             "tokenizer_class": WORDPIECE_CLASS if self.kind == "wordpiece" and not self.transforms
-            else "PreTrainedTokenizerFast",
+            and self.accents == "all" else "PreTrainedTokenizerFast",
             "do_lower_case": self.lowercase,
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.split_cjk,
@@ -312,6 +393,9 @@ class Tokenizer:
             "clean_up_tokenization_spaces": True,
             **specials,
         }
+        if config["tokenizer_class"] != WORDPIECE_CLASS and self.kind == "wordpiece" and not self.transforms:
+            # BERT's inputs, as BertTokenizer gives them (the generic class leaves out the token types)
+            config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
         for leftover in os.listdir(directory):  # a killed earlier save's
             if leftover.startswith(".tokenizer.tmp-"):
                 shutil.rmtree(os.path.join(directory, leftover), ignore_errors=True)
@@ -395,8 +479,9 @@ class Tokenizer:
         return batch
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        """Turn ids back into text, joining `##` pieces. The result is NFC-composed: accent
-        stripping decomposes Hangul syllables into jamo, and composing restores the syllables."""
+        """Turn ids back into text, joining `##` pieces. The result is NFC-composed: BERT's accent
+        stripping (`accents="all"`) leaves Hangul decomposed into jamo, and composing restores
+        the syllables."""
         text = self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         if self.kind == "byte-bpe":
             text = text.removeprefix(" ")  # the space added before the first word when encoding

@@ -119,6 +119,7 @@ class Family:
     input_transforms: bool = False
     checkpoint: str | None = None
     tokenizer: str | None = None
+    instead_of_finetuning: str = ""  # what a family that fine-tunes for no task does instead, said when asked
 
     def supports(self, use: str, source: str) -> None:
         """Nothing when the family has `use`; else one error naming `source` and what it does have."""
@@ -129,6 +130,9 @@ class Family:
         raise BertforgeError(f"{source}: {what}; they support {', '.join(self.uses) or 'pretraining and fine-tuning only'}")
 
     def supports_task(self, task_family: str, task_name: str, source: str) -> None:
+        if not self.tasks:
+            raise BertforgeError(f"{source}: a {self.describe} model cannot be fine-tuned for {task_name}"
+                                 + (f"; {self.instead_of_finetuning}" if self.instead_of_finetuning else ""))
         if task_family not in self.tasks:
             raise BertforgeError(f"{source}: {self.describe} models fine-tune for {', '.join(self.tasks)}, "
                                  f"not {task_name}")

@@ -1,7 +1,8 @@
 """The Transformer for translation (Vaswani et al., 2017): an encoder-decoder trained on parallel
 text (`bertforge train-translation`), decoded by `bertforge translate`, saved as HF's MarianMTModel.
 It has no pretraining objective and no fine-tuning task of its own; its encoder is BERT's ancestor
-and its decoder GPT's."""
+and its decoder GPT's. A directory holds our joint vocabulary (`tokenizer.json`) or a published
+OPUS-MT model's SentencePiece files (data/opus_mt.py)."""
 
 from ..config.marian import PRESETS, MarianConfig
 from .base import Family
@@ -11,6 +12,7 @@ FAMILY = Family(
     encoder="bertforge.models.translation:Transformer", task_model=None,
     finetuning="bertforge.recipe:finetuning_by_width", describe="translation Transformer", tasks=(),
     vocab_kind="joint", checkpoint="bertforge.formats.marian", default_preset="multi30k",
-    tokenizer="bertforge.data.parallel:TranslationTokenizer",
+    tokenizer="bertforge.data.opus_mt:TranslationVocabulary",
     uses=("translate", "serve", "onnx"),
+    instead_of_finetuning="translation models train further on parallel text with train-translation --init",
 )

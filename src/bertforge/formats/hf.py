@@ -23,7 +23,7 @@ from ..families import family_of, load_config
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.rotary import rotary_tables
-from ..paths import inside
+from ..paths import inside, why_missing
 from . import native
 from .tensors import check_finite, load_state, read_pickled, read_safetensors
 
@@ -356,7 +356,7 @@ def has_masked_lm_head(config) -> bool:
 
 def read_config(directory: str) -> BertConfig | ModernBertConfig:
     if not os.path.isdir(directory):
-        raise BertforgeError(f"{directory}: no such directory")
+        raise BertforgeError(f"{directory}: {why_missing(directory, 'directory')}")
     return load_config(os.path.join(directory, "config.json"))
 
 

@@ -1,7 +1,9 @@
 """The translation Transformer's checkpoints in HF's MarianMTModel layout: `config.json`
 (`model_type` "marian"), `model.safetensors` under MarianMTModel's names, and the joint vocabulary
 (`tokenizer.json`), so that a directory we write loads in `transformers` (AutoModelForSeq2SeqLM,
-AutoTokenizer) and one `transformers` writes loads here.
+AutoTokenizer) and one `transformers` writes loads here: a published OPUS-MT model too, whose
+weights may be an old `pytorch_model.bin` (read with `torch.load(weights_only=True)`, which runs no
+code) and whose vocabulary is SentencePiece's (data/opus_mt.py).
 
 The name map is one table of templates; its one exception is attention: our self-attention keeps
 query, key and value in one fused matrix (cross-attention: key and value), MarianMT keeps three,
@@ -18,9 +20,10 @@ from torch import nn
 
 from ..errors import BertforgeError
 from ..families import load_config
-from .tensors import check_finite, load_state, read_safetensors
+from .tensors import check_finite, load_state, read_pickled, read_safetensors
 
 WEIGHTS = "model.safetensors"
+PICKLED = "pytorch_model.bin"  # older OPUS-MT uploads have only this
 SHARED = "model.shared.weight"
 STACK_EMBEDDINGS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
 # ours -> MarianMTModel's, for layer {i} of a stack {s}; fused projections are below.
@@ -104,6 +107,11 @@ def from_hf(tensors: dict[str, torch.Tensor], config, source: str) -> dict[str, 
         missing = [t for t in theirs if t not in tensors]
         if missing:
             raise BertforgeError(f"{source}: no tensor {missing[0]}")
+        # each part whole before they are joined (a part cut in rows would pass the join, in columns fail it)
+        part = (config.d_model, config.d_model) if ours.endswith("weight") else (config.d_model,)
+        wrong = [f"{t} {tuple(tensors[t].shape)}" for t in theirs if tuple(tensors[t].shape) != part]
+        if wrong:
+            raise BertforgeError(f"{source}: wrong shapes: {', '.join(wrong)} (the model needs {part})")
         state[ours] = torch.cat([tensors[t] for t in theirs], dim=0)
     return state
 
@@ -124,9 +132,14 @@ def load(part: nn.Module, directory: str) -> None:
     """Read a MarianMTModel directory's weights into an objective (or a bare `Transformer`)."""
     model = getattr(part, "backbone", part)
     path = os.path.join(directory, WEIGHTS)
-    if not os.path.exists(path):
-        raise BertforgeError(f"{path}: no such file (a MarianMTModel directory holds its weights there)")
-    stored = read_safetensors(path)
+    if os.path.exists(path):
+        stored = read_safetensors(path)
+    elif os.path.exists(os.path.join(directory, PICKLED)):
+        path = os.path.join(directory, PICKLED)
+        stored = read_pickled(path)
+    else:
+        raise BertforgeError(f"{path}: no such file (a MarianMTModel directory holds its weights there, or in "
+                             f"{PICKLED})")
     check_finite(stored, path)
     state = from_hf(stored, model.config, path)
     load_state(model, state, path, unexpected=[], allowed_missing=set(), quiet=set())

@@ -12,16 +12,19 @@ import torch
 from torch import nn
 
 from ..errors import BertforgeError
+from ..paths import why_missing
 
 
 def read_safetensors(path: str) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file; a missing, truncated or corrupt file is an error naming it."""
     from safetensors.torch import load_file
 
+    if not os.path.isfile(path):  # (safetensors says "No such device" of a directory)
+        raise BertforgeError(f"{path}: {why_missing(path)}")
     try:
         return load_file(path)
     except FileNotFoundError:
-        raise BertforgeError(f"{path}: no such file") from None
+        raise BertforgeError(f"{path}: {why_missing(path)}") from None
     except Exception as e:  # SafetensorError and OSError: truncated, corrupt or unreadable
         raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..atomic import atomic_file
 from ..errors import BertforgeError
+from ..paths import why_missing
 
 FORMATS = ("glove", "word2vec", "word2vec-binary")
 
@@ -60,7 +61,7 @@ def read_vectors(path: str, limit: int | None = None) -> tuple[list[str], np.nda
     that many words only (published files list the most frequent first). A word seen twice keeps
     its first vector, as gensim does."""
     if not os.path.isfile(path):
-        raise BertforgeError(f"{path}: no such file")
+        raise BertforgeError(f"{path}: {why_missing(path)}")
     with open(path, "rb") as f:
         first = f.readline()
     header = first.split()
@@ -75,7 +76,7 @@ def read_vectors(path: str, limit: int | None = None) -> tuple[list[str], np.nda
 
 
 def _read_text(path: str, has_header: bool, limit: int | None) -> tuple[list[str], np.ndarray]:
-    words, rows, dim = [], [], None
+    words, rows, dim, count = [], [], None, None
     with open(path, "rb") as f:  # decoded line by line, so that an error names its line
         for number, raw in enumerate(f, 1):
             try:
@@ -83,7 +84,7 @@ def _read_text(path: str, has_header: bool, limit: int | None) -> tuple[list[str
             except UnicodeDecodeError as e:
                 raise BertforgeError(f"{path}:{number}: not UTF-8 ({e.reason})") from None
             if has_header and number == 1:
-                dim = int(line.split()[1])
+                count, dim = (int(h) for h in line.split())
                 continue
             if limit is not None and len(words) >= limit:
                 break
@@ -92,21 +93,47 @@ def _read_text(path: str, has_header: bool, limit: int | None) -> tuple[list[str
                 dim = len(fields) - 1
             if dim < 1 or len(fields) < dim + 1:
                 raise BertforgeError(f"{path}:{number}: expected a word and {dim} numbers, got {len(fields)} fields")
+            # A word may hold spaces in GloVe's files (840B), never in word2vec's (a header's); a "word"
+            # ending in a number is a row longer than its dimension says.
+            if len(fields) > dim + 1 and (has_header or _is_number(fields[-dim - 1])):
+                raise BertforgeError(f"{path}:{number}: {len(fields) - 1} numbers after the word, but "
+                                     f"{'the header says' if has_header else 'the first line has'} {dim} dimensions")
             try:
-                rows.append(np.array(fields[-dim:], dtype=np.float32))
+                row = np.array(fields[-dim:], dtype=np.float32)
             except ValueError:
                 raise BertforgeError(f"{path}:{number}: not a number among the last {dim} fields") from None
+            if not np.isfinite(row).all():
+                raise BertforgeError(f"{path}:{number}: a NaN or infinite number in the vector of {fields[0]!r}")
+            rows.append(row)
             words.append(" ".join(fields[:-dim]))
     if not words:
         raise BertforgeError(f"{path}: no vectors in the file")
+    if count is not None and limit is None and count != len(words):
+        raise BertforgeError(f"{path}:1: the header says {count:,} words, the file has {len(words):,} (a truncated "
+                             "or edited file?)")
     return words, np.stack(rows)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _read_binary(path: str, count: int, dim: int, limit: int | None) -> tuple[list[str], np.ndarray]:
     count = count if limit is None else min(count, limit)
-    words, vectors = [], np.empty((count, dim), dtype=np.float32)
     with open(path, "rb") as f:
-        f.readline()
+        start = len(f.readline())
+        # each vector is a word, a space and 4 x dim bytes: a header that asks for more than the file
+        # holds is said before its rows are allocated (a lying header once asked for 58.2 TiB)
+        size, least = os.fstat(f.fileno()).st_size, count * (4 * dim + 2)
+        if dim < 1 or least > size - start:
+            raise BertforgeError(f"{path}:1: the header says {count:,} words of {dim:,} dimensions, at least "
+                                 f"{least:,} bytes, but the file holds {size - start:,} after it: a truncated file, "
+                                 "or a header inconsistent with it")
+        words, vectors = [], np.empty((count, dim), dtype=np.float32)
         for row in range(count):
             word = bytearray()
             while (c := f.read(1)) != b" ":
@@ -122,6 +149,9 @@ def _read_binary(path: str, count: int, dim: int, limit: int | None) -> tuple[li
             except UnicodeDecodeError:
                 raise BertforgeError(f"{path}: word {row + 1} is not UTF-8") from None
             vectors[row] = np.frombuffer(data, dtype="<f4")
+            if not np.isfinite(vectors[row]).all():
+                raise BertforgeError(f"{path}: a NaN or infinite number in vector {row + 1} of {count} "
+                                     f"({words[-1]!r})")
     return words, vectors
 
 

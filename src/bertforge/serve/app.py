@@ -4,9 +4,11 @@ and `/translate/attention` (and `/tokens`); the engine says which endpoints a mo
 
 Every request body is parsed and checked here, by hand, so that every bad request gets one line
 of explanation: {"error": "..."} with 400 (not JSON, a task the model cannot do), 408 (a body that
-did not arrive in time), 413 (too large, or costing more than the limits allow: see `limits.py`;
-then also "limit", "requested" and "allowed") or 422 (a field missing, unknown, of the wrong type,
-empty or too long). An error inside the model is a 500 for that request only; the service goes on.
+did not arrive in time), 413 (too large, or costing more than the limits allow, in tokens, bytes or
+estimated seconds: see `limits.py`; then also "limit", "requested" and "allowed"), 422 (a field
+missing, unknown, of the wrong type, empty or too long) or 503 (not answered within
+--max-request-seconds: its work is given up). An error inside the model is a 500 for that request
+only; the service goes on. A client that leaves before its answer has its work given up too.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from ..checks import problem
 from ..errors import BertforgeError
 from .batcher import Batcher
 from .engine import Engine
-from .limits import Limits, OverLimit, check_cost
+from .limits import Cost, Limits, OverLimit, Pace, check_cost, check_time
 
 
 class RequestError(Exception):
@@ -104,16 +107,19 @@ def texts_of(body: dict, limits: Limits) -> tuple[list[str], bool]:
     return [check_text(t, f"texts[{i}]", limits) for i, t in enumerate(texts)], True
 
 
-def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0, limits: Limits = Limits()) -> Starlette:
-    """The service for `engine`: see the module docstring and docs/serving.md."""
-    service = Service(engine, max_batch, max_wait_ms, limits)
+def create_app(engine: Engine, max_batch: int = 32, max_wait_ms: float = 0.0, limits: Limits = Limits(),
+               measure: bool = False) -> Starlette:
+    """The service for `engine`: see the module docstring and docs/serving.md. `measure`: time a
+    translation at start-up, so that the first requests' time is estimated too (`bertforge serve`
+    does; the pace is otherwise measured from the requests answered)."""
+    service = Service(engine, max_batch, max_wait_ms, limits, measure)
     routes = [Route("/", page), Route("/health", health), Route("/info", service.info)]
     for name, handler in (("fill-mask", service.fill_mask), ("embed", service.embed), ("predict", service.predict),
                           ("attention", service.attention), ("tokens", service.tokens),
                           ("translate", service.translate), ("translate/attention", service.translation_attention)):
         routes.append(Route(f"/{name}", endpoint(handler), methods=["POST"]))
     app = Starlette(routes=routes, lifespan=service.lifespan)
-    app.state.batchers = service.batchers
+    app.state.batchers, app.state.paces = service.batchers, service.paces
     return app
 
 
@@ -122,14 +128,17 @@ class Service:
     estimates what requests cost, and the batchers that answer concurrent requests with one model
     call."""
 
-    def __init__(self, engine: Engine, max_batch: int, max_wait_ms: float, limits: Limits):
+    def __init__(self, engine: Engine, max_batch: int, max_wait_ms: float, limits: Limits, measure: bool = False):
         self.engine, self.max_batch, self.max_wait_ms, self.limits = engine, max_batch, max_wait_ms, limits
+        self.measure = measure
         self.executor = ThreadPoolExecutor(max_workers=1)  # one model call at a time; torch uses the cores inside it
         self.checks = ThreadPoolExecutor(max_workers=1)  # requests' costs, estimated while the model runs
-        self.batchers = {"fill-mask": Batcher(self.run_fill, self.executor, max_batch, max_wait_ms / 1000),
-                         "embed": Batcher(self.run_embed, self.executor, max_batch, max_wait_ms / 1000),
-                         "predict": Batcher(engine.predict, self.executor, max_batch, max_wait_ms / 1000),
-                         "translate": Batcher(self.run_translate, self.executor, max_batch, max_wait_ms / 1000)}
+        runs = {"fill-mask": self.run_fill, "embed": self.run_embed, "predict": lambda items: engine.predict(items),
+                "translate": self.run_translate}
+        self.paces = {name: Pace() for name in runs}  # seconds per token, each endpoint its own
+        # a translation stops between its decoding steps once no one waits for it; the others' calls are one pass
+        self.batchers = {name: Batcher(run, self.executor, max_batch, max_wait_ms / 1000, self.paces[name],
+                                       stoppable=name == "translate") for name, run in runs.items()}
 
     def run_fill(self, items):
         top = max(k for _, k in items)
@@ -146,16 +155,20 @@ class Service:
                 out[i] = answer
         return out
 
-    def run_translate(self, items):
+    def run_translate(self, items, stop=None):
         out = [None] * len(items)
         for options in dict.fromkeys((b, p) for _, b, p in items):  # one call per beam and penalty asked for
             rows = [i for i, (_, b, p) in enumerate(items) if (b, p) == options]
-            for i, answer in zip(rows, self.engine.translate([items[i][0] for i in rows], *options)):
+            for i, answer in zip(rows, self.engine.translate([items[i][0] for i in rows], *options, stop=stop)):
                 out[i] = answer
         return out
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
+        if self.measure and self.engine.translator is not None:  # a translation's pace varies most with the model
+            tokens, seconds = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.engine.translator.measure, self.limits.beam)
+            self.paces["translate"].observe(tokens, seconds)
         for batcher in self.batchers.values():
             batcher.start()
         yield
@@ -198,9 +211,34 @@ class Service:
         except BertforgeError as e:
             raise RequestError(str(e)) from None
 
-    async def check_cost(self, estimate, *args, smaller: str = "fewer or shorter texts") -> None:
-        """`estimate(*args)` (an `Engine.*_cost`) within the limits, or a 413."""
-        check_cost(await self.in_thread(estimate, *args, executor=self.checks), self.limits, smaller)
+    async def check_cost(self, estimate, *args, smaller: str = "fewer or shorter texts",
+                         pace: Pace | None = None) -> Cost:
+        """`estimate(*args)` (an `Engine.*_cost`) within the limits, and its time at `pace` within
+        --max-request-seconds, or a 413."""
+        cost = await self.in_thread(estimate, *args, executor=self.checks)
+        check_cost(cost, self.limits, smaller)
+        if pace is not None:
+            check_time(cost, pace, self.limits, smaller)
+        return cost
+
+    async def answer(self, request: Request, name: str, items: list, cost: Cost, smaller: str) -> list:
+        """The answers of batcher `name` to `items`, within --max-request-seconds and while the
+        client waits: otherwise the request is given up (a 503, or no answer to a client that left),
+        and so is the model call once no request waits for it."""
+        work = asyncio.ensure_future(self.batchers[name](items, cost.tokens))
+        gone = asyncio.ensure_future(disconnected(request))
+        try:
+            done, _ = await asyncio.wait({work, gone}, timeout=self.limits.seconds,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            work.cancel()  # nothing when it has its answer
+            gone.cancel()
+        if work in done:
+            return work.result()
+        if gone in done:
+            raise ClientDisconnect()
+        raise RequestError(f"the request was not answered within {self.limits.seconds:g} s (bertforge serve "
+                           f"--max-request-seconds) and its work was stopped; send {smaller}", 503)
 
     async def fill_mask(self, request: Request):
         body = await self.body_of(request, "fill-mask")
@@ -208,9 +246,10 @@ class Service:
         top_k = body.get("top_k", 5)
         if not 1 <= top_k <= self.limits.top_k:
             raise RequestError(f'"top_k" must be from 1 to {self.limits.top_k}, got {top_k}')
-        await self.check_cost(self.engine.fill_mask_cost, texts, top_k,
-                              smaller="fewer [MASK]s, a smaller top_k or shorter texts")
-        answers = await self.batchers["fill-mask"]([(t, top_k) for t in texts])
+        smaller = "fewer [MASK]s, a smaller top_k or shorter texts"
+        cost = await self.check_cost(self.engine.fill_mask_cost, texts, top_k, smaller=smaller,
+                                     pace=self.paces["fill-mask"])
+        answers = await self.answer(request, "fill-mask", [(t, top_k) for t in texts], cost, smaller)
         return answers if many else answers[0]
 
     async def embed(self, request: Request):
@@ -219,8 +258,8 @@ class Service:
         pooling = body.get("pooling", "mean")
         if pooling not in ("mean", "cls"):
             raise RequestError(f'"pooling" must be "mean" or "cls", got {pooling!r}')
-        await self.check_cost(self.engine.embed_cost, texts)
-        answers = await self.batchers["embed"]([(t, pooling) for t in texts])
+        cost = await self.check_cost(self.engine.embed_cost, texts, pace=self.paces["embed"])
+        answers = await self.answer(request, "embed", [(t, pooling) for t in texts], cost, "fewer or shorter texts")
         return answers if many else answers[0]
 
     async def predict(self, request: Request):
@@ -238,8 +277,9 @@ class Service:
         else:
             requests = [body]
         examples = [self.example(r) for r in requests]
-        await self.check_cost(self.engine.predict_cost, examples, smaller="fewer or shorter texts, contexts or choices")
-        answers = await self.batchers["predict"](examples)
+        smaller = "fewer or shorter texts, contexts or choices"
+        cost = await self.check_cost(self.engine.predict_cost, examples, smaller=smaller, pace=self.paces["predict"])
+        answers = await self.answer(request, "predict", examples, cost, smaller)
         return answers if many else answers[0]
 
     def example(self, request: dict) -> dict:
@@ -264,15 +304,18 @@ class Service:
         body = await self.body_of(request, "translate")
         texts, many = texts_of(body, self.limits)
         # by default bertforge translate's beam of 5, or the widest the service allows
-        beam, length_penalty = body.get("beam", min(5, self.limits.beam)), float(body.get("length_penalty", 1.0))
-        if beam < 1:
-            raise RequestError(f'"beam" must be at least 1 (1: greedy search), got {beam}')
+        beam, length_penalty = body.get("beam", min(5, self.limits.beam)), body.get("length_penalty", 1.0)
+        for name, value in (("beam", beam), ("length_penalty", length_penalty)):  # bertforge translate's rules
+            wrong = problem(name, value)
+            if wrong:
+                raise RequestError(f'"{name}" {wrong}')
         if beam > self.limits.beam:
             raise OverLimit(f'"beam" is {beam}, over the limit of {self.limits.beam} (bertforge serve --max-beam); '
                             "send a smaller beam", "max_beam", beam, self.limits.beam)
-        await self.check_cost(self.engine.translate_cost, texts, beam,
-                              smaller="fewer or shorter texts, or a smaller beam")
-        answers = await self.batchers["translate"]([(t, beam, length_penalty) for t in texts])
+        smaller = "fewer or shorter texts, or a smaller beam"
+        cost = await self.check_cost(self.engine.translate_cost, texts, beam, smaller=smaller,
+                                     pace=self.paces["translate"])
+        answers = await self.answer(request, "translate", [(t, beam, length_penalty) for t in texts], cost, smaller)
         return {"translations": answers} if many else {"translation": answers[0]}
 
     async def translation_attention(self, request: Request):
@@ -287,7 +330,8 @@ class Service:
 
     async def info(self, request: Request):
         return JSONResponse({**self.engine.info(), "limits": {
-            **self.limits.as_dict(), "max_batch": self.max_batch, "max_wait_ms": self.max_wait_ms}})
+            **self.limits.as_dict(), "max_batch": self.max_batch, "max_wait_ms": self.max_wait_ms},
+            "pace": {name: self.paces[name].as_dict() for name in self.batchers if name in self.engine.abilities}})
 
 
 def endpoint(handler):
@@ -310,6 +354,13 @@ def endpoint(handler):
             print(f"bertforge serve: {type(e).__name__}: {e}", file=sys.stderr)
             return JSONResponse({"error": f"internal error ({type(e).__name__})"}, status_code=500)
     return respond
+
+
+async def disconnected(request: Request) -> None:
+    """Returns when the client of `request` (its body read) has gone: the server's next message is
+    then `http.disconnect` (and only once the answer is sent, if the client stays)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def health(request: Request):

@@ -170,8 +170,8 @@ class Engine:
 
     # ---- translate ---------------------------------------------------------------------------
 
-    def translate(self, texts: list[str], beam: int, length_penalty: float) -> list[str]:
-        return self.translator.translate(texts, beam, length_penalty)
+    def translate(self, texts: list[str], beam: int, length_penalty: float, stop=None) -> list[str]:
+        return self.translator.translate(texts, beam, length_penalty, stop)
 
     def translation_attention(self, text: str) -> dict:
         """See `Translator.attention`."""

@@ -1,11 +1,12 @@
 """Running the service: its socket bound before anything is said (a taken port is one line, not a
-"serving ..." followed by uvicorn's message), uvicorn with the service's time limits, and
-connections that stall before sending a request closed."""
+"serving ..." followed by uvicorn's message), uvicorn with the service's time limits, connections
+that stall before sending a request closed, and those that stop reading their answer cut off."""
 
 from __future__ import annotations
 
 import errno
 import socket
+import sys
 
 from ..errors import BertforgeError
 from .app import create_app
@@ -21,7 +22,7 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, device="cpu
     sock = listen(host, port)  # before the model loads: a taken port is said at once
     try:
         engine = Engine(directory, device)
-        app = create_app(engine, max_batch, max_wait_ms, limits)
+        app = create_app(engine, max_batch, max_wait_ms, limits, measure=True)
         print(f"serving {directory} ({', '.join(engine.abilities)}) at http://{host}:{port}/", flush=True)
         uvicorn.Server(uvicorn_config(app, limits)).run(sockets=[sock])
     finally:
@@ -58,7 +59,10 @@ def closing_stalled(base: type, seconds: float) -> type:
     """uvicorn's HTTP protocol `base`, closing a connection whose request head has not arrived within
     `seconds` of connecting or of the previous answer. uvicorn bounds only an idle kept-alive
     connection, and only until its first byte: a client that sends nothing, or a head a byte at a
-    time, would hold its connection forever. (The body's deadline is the app's: `Service.body_of`.)"""
+    time, would hold its connection forever. (The body's deadline is the app's: `Service.body_of`.)
+    And the other way: once an answer fills the socket's buffers, a client that reads none of it for
+    `seconds` is cut off (the answer dropped), where it would hold the answer's memory and its
+    connection for as long as it liked; one that reads slowly but reads is not."""
 
     class Protocol(base):
         def connection_made(self, transport):
@@ -70,10 +74,30 @@ def closing_stalled(base: type, seconds: float) -> type:
             self._await_head()
 
         def connection_lost(self, exc):
-            deadline = getattr(self, "_head_deadline", None)
-            if deadline is not None:
-                deadline.cancel()
+            for name in ("_head_deadline", "_read_check"):
+                deadline = getattr(self, name, None)
+                if deadline is not None:
+                    deadline.cancel()
             super().connection_lost(exc)
+
+        def pause_writing(self):  # the answer waits for the client to read it
+            super().pause_writing()
+            self._check_reading(None)
+
+        def resume_writing(self):
+            super().resume_writing()
+            check = getattr(self, "_read_check", None)
+            if check is not None:
+                check.cancel()
+                self._read_check = None
+
+        def _check_reading(self, before):
+            """Every `seconds` while writing is paused: cut off a client that read nothing since."""
+            left = unsent(self.transport)
+            if before is not None and left >= before:
+                self.transport.abort()
+                return
+            self._read_check = self.loop.call_later(seconds, self._check_reading, left)
 
         def _await_head(self):
             awaited = self.cycle  # a new request replaces it once its head is read
@@ -89,3 +113,19 @@ def closing_stalled(base: type, seconds: float) -> type:
             self._head_deadline = self.loop.call_later(seconds, expire)
 
     return Protocol
+
+
+def unsent(transport) -> int:
+    """Bytes written to `transport` that its client has not taken yet: those in its buffer, and on
+    Linux those in the socket's send queue (where a client that reads slowly takes them from:
+    the buffer above moves only once a third of the queue has gone)."""
+    left = transport.get_write_buffer_size()
+    try:
+        import fcntl
+        import termios
+
+        queued = fcntl.ioctl(transport.get_extra_info("socket").fileno(), termios.TIOCOUTQ, b"\0" * 4)
+        left += int.from_bytes(queued, sys.byteorder, signed=True)
+    except (ImportError, AttributeError, OSError):  # not Linux: the buffer alone
+        pass
+    return left

@@ -13,11 +13,12 @@ beside it (`written`), the same tokens greedy search chose.
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 
 from ..load import Loaded
-from ..translate import DecodeOptions, decode, pad, translate
+from ..translate import DecodeOptions, decode, decode_tokens, longest, pad, translate
 from .limits import Cost, OverLimit
 
 # Answer sizes in bytes of JSON: a probability (4 decimals) at most 7, a token string ~12 with its
@@ -38,8 +39,7 @@ class Translator:
     def longest(self, source_length: int, options: DecodeOptions) -> int:
         """The most tokens a translation of `source_length` tokens may have: as `translate.decode`
         limits it (`max_len_a` x length + `max_len_b`, within the positions)."""
-        limit = int(options.max_len_a * source_length + options.max_len_b)
-        return max(1, min(limit, self.positions - 1))
+        return longest(source_length, options, self.positions)
 
     def source_lengths(self, texts: list[str]) -> list[int]:
         """Each text's tokens (with its `</s>`); a text longer than the model's positions cannot be
@@ -56,10 +56,9 @@ class Translator:
         """Tokens read: each source, and the most tokens each of its `beam` hypotheses may decode."""
         options = DecodeOptions(beam=beam)
         tokens = answer = 0
-        for length in self.source_lengths(texts):
-            longest = self.longest(length, options)
-            tokens += length + beam * longest
-            answer += 4 + WORD * longest
+        for length in self.source_lengths(texts):  # bertforge translate's estimate, which bounds its batches
+            tokens += decode_tokens(length, options, self.positions)
+            answer += 4 + WORD * self.longest(length, options)
         return Cost(tokens, answer)
 
     def attention_cost(self, text: str) -> Cost:
@@ -73,9 +72,24 @@ class Translator:
 
     # ---- translating -------------------------------------------------------------------------
 
-    def translate(self, texts: list[str], beam: int, length_penalty: float) -> list[str]:
-        """`texts` translated, as `bertforge translate --beam B --length-penalty P` does."""
-        return translate(self.model, self.tokenizer, texts, DecodeOptions(beam=beam, length_penalty=length_penalty))
+    def translate(self, texts: list[str], beam: int, length_penalty: float, stop=None) -> list[str]:
+        """`texts` translated, as `bertforge translate --beam B --length-penalty P` does; given up
+        (`translate.Stopped`) at the decoding step after `stop` (a `threading.Event`) is set."""
+        # no bound of translate's own: the request's cost was checked against the service's --max-tokens
+        options = DecodeOptions(beam=beam, length_penalty=length_penalty, max_tokens=None)
+        return translate(self.model, self.tokenizer, texts, options, stop=stop)
+
+    def measure(self, beam: int, words: int = 32, clock=time.monotonic) -> tuple[int, float]:
+        """The tokens (`translate_cost`'s) and seconds of translating one sentence of `words` words
+        with `beam`: the model's pace before any request (the second of two runs: the first pays
+        for torch's first calls)."""
+        text = " ".join(["a"] * words)
+        tokens = self.translate_cost([text], beam).tokens
+        for _ in range(2):
+            started = clock()
+            self.translate([text], beam, 1.0)
+            seconds = clock() - started
+        return tokens, seconds
 
     def tokens(self, text: str) -> dict:
         """The pieces the encoder reads (ending in `</s>`), their ids and character offsets."""

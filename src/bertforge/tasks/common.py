@@ -18,6 +18,7 @@ from ..data.corpus import json_object
 from ..errors import BertforgeError
 from ..families import family_of
 from ..losses import next_token_loss
+from ..paths import why_missing
 
 csv.field_size_limit(sys.maxsize)
 
@@ -32,7 +33,7 @@ def read_text(path: str | None) -> str:
         data = sys.stdin.buffer.read()
     else:
         if not os.path.isfile(path):
-            raise BertforgeError(f"{path}: no such file")
+            raise BertforgeError(f"{path}: {why_missing(path)}")
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -83,7 +84,7 @@ def read_dataset(path: str) -> list[tuple[int, dict]]:
     if os.path.isdir(path):
         table, features = saved_dataset(path)
     elif not os.path.isfile(path):
-        raise BertforgeError(f"{path}: no such file")
+        raise BertforgeError(f"{path}: {why_missing(path)}")
     else:
         kind = "Parquet" if path.lower().endswith(".parquet") else "Arrow"
         try:
@@ -223,6 +224,57 @@ def read_records(path: str, header: bool = True) -> list[tuple[int, dict | list]
     if not rows:
         raise BertforgeError(f"{path}: no examples in the file")
     return rows
+
+
+# Suffixes that always mean a task's own layout (tables, JSON rows), never plain text.
+LAYOUT_SUFFIXES = (".tsv", ".tab", ".csv", ".jsonl", ".json")
+
+
+def read_inputs(task, path: str | None, names: list[str] | None = None) -> list[dict]:
+    """The examples to predict on (no labels; a tagging file's gold tags kept where it has them).
+    Standard input (`path` None) is plain text, one example per line. A file is read in the task's
+    layout, except that a task reading one text per example (classification or regression of single
+    texts, tagging) also takes plain text, one example per line (tagging: words split at white
+    space), where the file says so (see `plain_text`). Blank lines are skipped; each example's
+    `where` names its file and line."""
+    if path is not None and not plain_text(task, path, names):
+        return task.read(path, with_labels="auto" if task.family == "ner" else False)
+    task.from_lines([])  # a task without a plain-text form (QA, pairs) says so before standard input is read
+    lines = [(number, line.rstrip("\r")) for number, line in enumerate(read_text(path).split("\n"), start=1)
+             if line.strip()]
+    examples = task.from_lines([line for _, line in lines])
+    for example, (number, _) in zip(examples, lines):
+        example["where"] = f"{path or '<stdin>'}, line {number}"
+    return examples
+
+
+def plain_text(task, path: str, names: list[str] | None = None) -> bool:
+    """Whether `path` holds plain text, one example per line, for a task that reads single texts.
+    Never for a Parquet, Arrow or dataset folder, nor for .tsv, .tab, .csv, .jsonl or .json: those
+    are the task's tables. Any other file (.txt, or any name) is plain text unless it reads as the
+    task's own layout:
+    - classification and regression: its first line, split at tabs, is a header naming the text
+      column (a headerless task, as CoLA: it has that column's position), so a .txt table stays one;
+    - tagging (CoNLL columns, .txt by custom): it has a `-DOCSTART-` line, or every line is one word,
+      or every line has the same number of fields and most end in one of the model's tags (`names`).
+      Plain text has sentences of different lengths, or no tag at their ends."""
+    single = task.family == "ner" or (task.family == "classification" and getattr(task, "pair_column", 1) is None)
+    if not single or is_dataset(path) or path.lower().endswith(LAYOUT_SUFFIXES):
+        return False
+    lines = [line.split() if task.family == "ner" else line.rstrip("\r").split("\t")
+             for line in read_text(path).split("\n") if line.strip()]
+    if not lines:
+        return False  # the task's reader says the file is empty
+    if task.family == "classification":
+        column = task.text_column
+        if task.header:
+            return str(column) not in lines[0]
+        return not (isinstance(column, int) and -len(lines[0]) <= column < len(lines[0]))
+    if any(fields[0] == "-DOCSTART-" for fields in lines) or all(len(fields) == 1 for fields in lines):
+        return False
+    tags = set(names or ())
+    same = all(len(fields) == len(lines[0]) for fields in lines)
+    return not (same and sum(fields[-1] in tags for fields in lines) * 2 > len(lines))
 
 
 def json_array(path: str, text: str) -> list[tuple[int, dict]]:

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from ..atomic import atomic_directory
 from ..data.batches import Position
 from ..errors import BertforgeError, TrainingStopped
+from ..paths import check_fingerprint
 from ..formats.hf import load_parts, read_config, write_parts
 
 STATE_FILE = "trainer_state.pt"
@@ -41,9 +42,12 @@ def check_same_settings(out: str, settings: dict) -> None:
             saved = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise BertforgeError(f"{path}: cannot be read ({e})") from None
-    changed = [f"{k} ({saved.get(k)!r} then, {v!r} now)" for k, v in settings.items() if saved.get(k) != v]
+    changed = [f"{k} ({saved.get(k)!r} then, {v!r} now)" for k, v in settings.items()
+               if k != "data" and saved.get(k) != v]
     if changed:
         raise BertforgeError(f"{out}: resuming needs the same settings; changed: {'; '.join(changed)}")
+    if "data" in settings:  # the data files' fingerprint (paths.fingerprint): the same paths may hold other text
+        check_fingerprint(out, saved.get("data"), settings["data"], "data files")
 
 
 def remove_incomplete(directory: str) -> None:
@@ -87,8 +91,9 @@ def write_model(model, tokenizer, directory: str, step: int) -> None:
 
 
 def save_checkpoint(rank, model, optimizer, tokenizer, directory, step, position, elapsed, total_steps, keep, window,
-                    best, scaler) -> None:
-    """Write `directory`/step-NNNNNNN (rank 0) and prune all but the newest `keep`."""
+                    best, scaler, budget: dict | None = None) -> None:
+    """Write `directory`/step-NNNNNNN (rank 0) and prune all but the newest `keep`. `budget` is the
+    state of a minutes budget's plan (training.budget): the recent steps' seconds and where it began."""
     _check_finite(model, step, os.path.dirname(directory))  # on every process: all stop together
     if rank == 0:
         with atomic_directory(os.path.join(directory, f"step-{step:07d}")) as tmp:
@@ -97,7 +102,7 @@ def save_checkpoint(rank, model, optimizer, tokenizer, directory, step, position
                 "step": step, "epoch": position.epoch, "index": position.index, "elapsed": elapsed,
                 "total_steps": total_steps, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "window": window, "best": best, "scaler": scaler.state_dict(),
+                "window": window, "best": best, "scaler": scaler.state_dict(), "budget": budget,
                 # what a recurrent objective carries from one batch to the next (its hidden state)
                 "carried": model.carried() if hasattr(model, "carried") else None,
             }
@@ -113,7 +118,8 @@ def save_checkpoint(rank, model, optimizer, tokenizer, directory, step, position
 
 def restore_checkpoint(model, optimizer, directory: str, device, scaler):
     """Load the newest checkpoint in `directory` into `model`, `optimizer`, `scaler` and the RNGs;
-    returns (step, data position, elapsed seconds, total steps, the record window, the best score)."""
+    returns (step, data position, elapsed seconds, total steps, the record window, the best score,
+    the budget's state: {} in checkpoints from before it was saved)."""
     found = _list(directory)
     if not found:
         raise BertforgeError(f"{directory}: no checkpoint to resume from")
@@ -138,4 +144,4 @@ def restore_checkpoint(model, optimizer, directory: str, device, scaler):
         model.carry(state["carried"])
     window = state.get("window") or (None, 0)
     return (state["step"], Position(state["epoch"], state["index"]), state["elapsed"], state["total_steps"], window,
-            state.get("best"))
+            state.get("best"), state.get("budget") or {})

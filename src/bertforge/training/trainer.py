@@ -5,7 +5,8 @@ What it does each step: draw `accum` micro-batches, divide each loss term by its
 the whole step (and over processes), backpropagate, clip, update. Around that: progress, a JSONL
 log, periodic held-out evaluation, atomic checkpoints with everything needed to resume exactly,
 budgets in steps and minutes (budget.py), Ctrl-C that saves first, and a stop on a non-finite
-loss (nonfinite.py); several processes through distributed.py.
+loss (nonfinite.py); several processes through distributed.py. Every reading of time goes through
+the run's clock (`train`'s `clock`), so that tests can give it one whose steps take any time.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from ..atomic import atomic_file, remove_leftovers_in
 from ..card import write_card
 from ..checks import check
 from ..data.batches import Position
+from ..data.held_out import describe
 from ..errors import BertforgeError
 from ..formats.hf import check_vocab_fits
 from ..metrics import format_scores
 from ..progress import progress
 from .allocator import reuse_freed_memory
-from .budget import REPLAN_STEPS, estimate_steps, replan, warmup_steps
+from .budget import LEAST_MEASURED, Pace, due, estimate_steps, replan, warmup_steps
 from .checkpoints import latest_checkpoint, remove_incomplete, restore_checkpoint, save_checkpoint, write_model
 from .device import autocast as precision_autocast
 from .device import choose_precision
@@ -87,7 +89,7 @@ class TrainOptions:
 
 
 def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, run_config: dict | None = None,
-          resume: bool = False, evaluator=None) -> dict:
+          resume: bool = False, evaluator=None, clock=time.perf_counter) -> dict:
     """Train `model` (an objective) on `data`. Returns a summary dict.
 
     `data.batches(position)` yields (next position, micro-batches) per step. Evaluation is
@@ -100,9 +102,11 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     Writes under `options.out`: `checkpoints/step-N/` (HF files + trainer state), `model/` (the
     final, or best, HF model), `metrics.jsonl`, `run_config.json` and `loss.png` (with matplotlib);
     with `options.report_to`, each record of `metrics.jsonl` also goes to those trackers (`tracking`).
+
+    `clock` gives the seconds the time budget, the pace and tokens/s are measured in.
     """
     with contextlib.ExitStack() as cleanup:  # closes the trackers, however the run ends
-        return _train(model, data, options, tokenizer, run_config, resume, evaluator, cleanup)
+        return _train(model, data, options, tokenizer, run_config, resume, evaluator, cleanup, clock)
 
 
 @dataclass
@@ -122,18 +126,22 @@ class _Run:
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     autocast: object = None
+    clock: object = time.perf_counter
     weights: dict = field(default_factory=dict)  # an objective's weights of its terms (ELECTRA: 50 x the discriminator's)
     # saved in every checkpoint
     step: int = 0
     position: Position = field(default_factory=Position)
     elapsed: float = 0.0  # seconds trained before this process started
     total_steps: int | None = None
+    pace: Pace = field(default_factory=Pace)  # the recent steps' seconds, which plan a minutes budget
+    budget_since: float = 0.0  # the elapsed seconds at which the minutes budget began
     sums: dict | None = None  # the metrics window: sums since the last record, and its tokens
     window_tokens: int = 0
     best: dict = field(default_factory=lambda: {"score": None, "step": None, "stale": 0})
     # this process's
     warmup: int = 0
-    replan_at: int | None = None
+    replanning: bool = False  # a minutes budget without a number of steps: planned throughout
+    announced: tuple[int, float] = (0, 0.0)  # the plan last printed, and the budget's seconds then
     reporter: object = None
     bar: object = None
     faults: NonFinite | None = None
@@ -142,25 +150,27 @@ class _Run:
     window_start: float = 0.0
     loop_start: float = 0.0
     paused_seconds: float = 0.0  # evaluation and checkpoints since loop_start
+    step_mark: float = 0.0  # the training seconds (loop_start on, pauses apart) when the last step ended
     last_saved: int = -1
     last_eval: dict | None = None
     status: str = "done"
 
 
 def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | None, resume: bool, evaluator,
-           cleanup: contextlib.ExitStack) -> dict:
+           cleanup: contextlib.ExitStack, clock) -> dict:
     o = options
-    run = _start(model, data, o, tokenizer, evaluator, resume, run_config)
+    run = _start(model, data, o, tokenizer, evaluator, resume, run_config, clock)
     _open_outputs(run, run_config, resume, cleanup)
     batches = data.batches(run.position)
+    planning = clock()  # the timed passes of a first plan are spent from the budget too
     _plan(run)
     stop = _StopFlag()
     run.bar = progress(total=run.total_steps, initial=run.step, disable=not (o.progress and run.rank == 0),
                        desc="training", unit="steps")
-    run.start, run.window_start = time.perf_counter() - run.elapsed, time.perf_counter()
+    run.start, run.window_start = planning - run.elapsed, clock()
     run.last_saved = run.step if resume else -1
-    compile_clock = time.perf_counter() if o.compile else None
-    run.loop_start = time.perf_counter()
+    compile_clock = clock() if o.compile else None
+    run.loop_start = clock()
     # Nothing in a step waits for the device: losses, gradient norms and the non-finite check stay
     # device tensors, read on the host only at log, evaluation and checkpoint steps and at the end
     # (on a GPU each read stalls the queue of kernels until it drains).
@@ -181,10 +191,11 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
             run.window_tokens += sum(b["tokens"] for b in micro) * run.world
             run.sums = _add(run.sums, step_sums, totals)
             run.bar.update(1)
+            _measure_step(run, compiled=compile_clock is not None)
             if compile_clock is not None:
-                _log(run.rank == 0, f"first step, compilation included: {time.perf_counter() - compile_clock:.1f}s")
+                _log(run.rank == 0, f"first step, compilation included: {clock() - compile_clock:.1f}s")
                 compile_clock = None
-            if run.step == run.replan_at:
+            if run.replanning and due(run.step, run.total_steps):
                 _replan_budget(run)
 
             step = run.step
@@ -195,7 +206,7 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
                 run.faults.check(step, o.out)  # the interval's one wait for the device
             if logging:
                 _log_step(run, lr)
-            paused = time.perf_counter()
+            paused = clock()
             if evaluating:
                 improved = _judge(run, _evaluate_now(run), step)
                 if o.patience and not improved and run.best["stale"] >= o.patience:
@@ -204,12 +215,13 @@ def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | Non
                 _save(run)
             if run.status.startswith("stopped"):
                 break
-            run.window_start += time.perf_counter() - paused  # tokens/s measures training, not evaluation
-            run.paused_seconds += time.perf_counter() - paused
+            run.window_start += clock() - paused  # tokens/s measures training, not evaluation
+            run.paused_seconds += clock() - paused
     return _finish(run)
 
 
-def _start(model, data, o: TrainOptions, tokenizer, evaluator, resume: bool, run_config: dict | None) -> _Run:
+def _start(model, data, o: TrainOptions, tokenizer, evaluator, resume: bool, run_config: dict | None,
+           clock) -> _Run:
     """Everything before the first step: the device, the optimizer, the precision, the checkpoint
     resumed from, the model compiled and wrapped for DDP."""
     if not o.steps and not o.max_minutes:
@@ -227,7 +239,7 @@ def _start(model, data, o: TrainOptions, tokenizer, evaluator, resume: bool, run
     # fp16 (GPUs without native bf16) needs its loss scaled against underflow; the scaler skips a
     # step whose gradients overflowed and lowers the scale. Disabled, it passes everything through.
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    run = _Run(o, model, model, data, tokenizer, evaluator, rank, world, device, optimizer, scaler,
+    run = _Run(o, model, model, data, tokenizer, evaluator, rank, world, device, optimizer, scaler, clock=clock,
                total_steps=o.steps)
     checkpoints = os.path.join(o.out, "checkpoints")
     if resume:
@@ -249,8 +261,9 @@ def _start(model, data, o: TrainOptions, tokenizer, evaluator, resume: bool, run
 def _resume(run: _Run, checkpoints: str) -> None:
     """The model, optimizer and counters of the latest checkpoint."""
     o = run.o
-    run.step, run.position, run.elapsed, run.total_steps, window, saved_best = restore_checkpoint(
+    run.step, run.position, run.elapsed, run.total_steps, window, saved_best, budget = restore_checkpoint(
         run.model, run.optimizer, checkpoints, run.device, run.scaler)
+    run.pace, run.budget_since = Pace(budget.get("pace", ())), budget.get("since", 0.0)
     run.best.update(saved_best or {})
     if o.select and run.best["score"] is not None and abs(run.best["score"]) > 1:
         run.best["score"] /= 100  # checkpointed when task scores were kept in percent; they are fractions now
@@ -260,7 +273,7 @@ def _resume(run: _Run, checkpoints: str) -> None:
         run.total_steps = o.steps
     elif not o.steps and o.max_minutes and run.step >= run.total_steps:  # plan done: a new budget continues it
         _log(run.rank == 0, f"the run's plan of {run.total_steps} steps is done; planning {o.max_minutes} more minutes")
-        run.total_steps = None
+        run.total_steps, run.budget_since = None, run.elapsed
     # The metrics window is part of the state, so that records after a resume average the same
     # steps as in an uninterrupted run.
     run.sums, run.window_tokens = window if window else (None, 0)
@@ -287,35 +300,55 @@ def _write(run: _Run, record: dict) -> None:
 
 
 def _plan(run: _Run) -> None:
-    """The number of steps (from the time budget when no number was given) and of warm-up steps."""
+    """The number of steps (from the time budget when no number was given) and of warm-up steps.
+    A minutes budget without a number of steps is planned again as the run goes (`_replan_budget`)."""
+    o = run.o
     if run.total_steps is None:
         first = _to(next(run.data.batches(Position()))[1][0], run.device)
-        run.total_steps = run.step + estimate_steps(run.net, first, run.autocast, run.o, run.device, run.world)
-        _log(run.rank == 0, f"time budget of {run.o.max_minutes} min: planning {run.total_steps} steps")
-        # A few timed passes misjudge the pace by up to a third (a cold allocator, a short first
-        # batch), and the pace drifts (a 30-minute run slowed by 13% after its first 20 steps), so
-        # the plan is made again from the real steps so far at steps 20, 40, 80, ... while they
-        # are less than half of it.
-        # (not after a resume: the pace is measured from step 0 of this process)
-        run.replan_at = REPLAN_STEPS if run.step == 0 and run.total_steps > 2 * REPLAN_STEPS else None
-    run.warmup = warmup_steps(run.o, run.total_steps)
+        run.total_steps = run.step + estimate_steps(run.net, first, run.autocast, o, run.device, run.world,
+                                                    run.clock)
+        _log(run.rank == 0, f"time budget of {o.max_minutes:g} min: planning {run.total_steps} steps, and again "
+                            "as the pace of the steps shows")
+    run.replanning = bool(o.max_minutes) and not o.steps
+    run.warmup = warmup_steps(o, run.total_steps)
+    run.announced = (run.total_steps, 0.0)
+
+
+def _measure_step(run: _Run, compiled: bool) -> None:
+    """The seconds of the step just done, for the pace: the training seconds since the last step
+    ended (which takes in a wait for the device at the last log step; evaluations and checkpoints
+    are apart). A first step that compiled the model is left out."""
+    now = run.clock() - run.loop_start - run.paused_seconds
+    if not compiled:
+        run.pace.add(now - run.step_mark)
+    run.step_mark = now
 
 
 def _replan_budget(run: _Run) -> None:
-    """The number of steps planned again from the measured pace of the steps so far (see `_plan`)."""
-    step = run.step
-    step_seconds = (time.perf_counter() - run.loop_start - run.paused_seconds) / step
-    run.total_steps = replan(step, step_seconds, time.perf_counter() - run.start, run.o, run.device, run.world)
-    run.warmup = warmup_steps(run.o, run.total_steps)
-    run.bar.total = run.total_steps
-    _log(run.rank == 0, f"at the measured pace ({step_seconds:.3f} s/step): {run.total_steps} steps")
-    run.replan_at = 2 * step if 4 * step < run.total_steps else None
+    """The number of steps planned again from the pace of the recent steps and the minutes left
+    (budget.py); when the plan is done, more steps only if one more fits."""
+    step, done = run.step, run.step >= run.total_steps
+    step_seconds = run.pace.per_step(run.total_steps, run.o.max_minutes * 60, least=1 if done else LEAST_MEASURED)
+    if step_seconds is None:
+        return
+    spent = run.clock() - run.start - run.budget_since
+    planned = replan(step, step_seconds, spent, run.o, run.device, run.world, least=step if done else step + 1)
+    if planned == run.total_steps:
+        return
+    run.total_steps = planned
+    run.warmup = warmup_steps(run.o, planned)
+    run.bar.total = planned
+    # printed when it moved by a fifth, at most every tenth of the budget (a busy machine's pace varies)
+    last, when = run.announced
+    if abs(planned - last) >= 0.2 * last and spent - when >= 0.1 * run.o.max_minutes * 60 and planned > step:
+        _log(run.rank == 0, f"at the pace of the recent steps ({step_seconds:.3f} s/step): {planned} steps")
+        run.announced = (planned, spent)
 
 
 def _stop_reason(run: _Run, interrupted: bool) -> str | None:
     """Why to stop before the next step (Ctrl-C, the time budget), the same in every process."""
     o = run.o
-    out_of_time = bool(o.max_minutes) and time.perf_counter() - run.start >= o.max_minutes * 60
+    out_of_time = bool(o.max_minutes) and run.clock() - run.start - run.budget_since >= o.max_minutes * 60
     # Every process must stop at the same step, or their collectives would pair up wrongly.
     verdict = host_sum({"time": int(out_of_time), "interrupt": int(interrupted)}, run.host_group)
     if verdict["interrupt"]:
@@ -376,7 +409,7 @@ def _apply_gradients(run: _Run, step_loss: torch.Tensor) -> None:
 
 def _log_step(run: _Run, lr: float) -> None:
     """A record of the metrics window (averages since the last record, the pace) and a new window."""
-    now = time.perf_counter()
+    now = run.clock()
     record = {"step": run.step, "lr": lr, **_averages(run.sums, run.weights),
               "tokens_per_s": round(run.window_tokens / (now - run.window_start)),
               "elapsed_s": round(now - run.start, 1), "epoch": run.position.epoch}
@@ -421,8 +454,9 @@ def _judge(run: _Run, metrics: dict, at_step: int) -> bool:
 def _save(run: _Run) -> None:
     """A checkpoint of this step: everything needed to resume exactly."""
     save_checkpoint(run.rank, run.model, run.optimizer, run.tokenizer, os.path.join(run.o.out, "checkpoints"),
-                    run.step, run.position, time.perf_counter() - run.start, run.total_steps, run.o.keep,
-                    (run.sums, run.window_tokens), run.best, run.scaler)
+                    run.step, run.position, run.clock() - run.start, run.total_steps, run.o.keep,
+                    (run.sums, run.window_tokens), run.best, run.scaler,
+                    {"pace": run.pace.state(), "since": run.budget_since})
     run.last_saved = run.step
 
 
@@ -431,7 +465,7 @@ def _finish(run: _Run) -> dict:
     o, step = run.o, run.step
     run.bar.close()
     run.faults.check(step, o.out)  # before the final evaluation and checkpoint
-    result = {"status": run.status, "step": step, "elapsed_s": round(time.perf_counter() - run.start, 1)}
+    result = {"status": run.status, "step": step, "elapsed_s": round(run.clock() - run.start, 1)}
     if run.status != "interrupted" and not (o.eval_every and step % o.eval_every == 0):
         _judge(run, _evaluate_now(run), step)
     result["eval"] = run.last_eval
@@ -537,7 +571,10 @@ def header(model, run_config: dict, o: TrainOptions, device, precision: str, wor
              f"on {device}" + (f" x {world} processes" if world > 1 else "") + f" in {precision}"
              + (" (chosen by --precision auto)" if o.precision == "auto" else "")]
     data = run_config
-    if "train_documents" in data:
+    if "held_out" in data:  # e.g. "5 documents to train on; held out for evaluation: 2.0% of the text (...)"
+        lines.append(f"data: {data['train_documents']:,} documents to train on; {describe(data['held_out'])}"
+                     + (", never trained on" if data["held_out"]["share"] else ""))
+    elif "train_documents" in data:
         lines.append(f"data: {data['train_documents']:,} documents to train on, {data['eval_documents']:,} held out "
                      "(never trained on)")
     elif "train_examples" in data:
