@@ -31,11 +31,13 @@ from .training.distributed import distributed_setup
 from .replay import run_arguments
 from .training.tracking import check_reporters
 from .training.trainer import TrainOptions
+from .training.budget import whole_command
 from .training.trainer import train as train_model
 
 GPT_LM_WEIGHT = 0.5  # lambda of GPT-1's auxiliary language-model loss while fine-tuning (section 3.2)
 
 
+@whole_command
 def finetune(task, train: str, dev: str, model: str, out: str, *, text_column: str | int | None = None,
              pair_column: str | int | None = None, label_column: str | int | None = None, no_header: bool = False,
              word_column: int | None = None, tag_column: int | None = None, scheme: str | None = None,

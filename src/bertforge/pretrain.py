@@ -29,6 +29,7 @@ from .training.checkpoints import latest_checkpoint
 from .training.distributed import distributed_setup
 from .training.tracking import check_reporters
 from .training.trainer import TrainOptions, train
+from .training.budget import whole_command
 
 
 def build_objective(name: str, config, generator_fraction: float = 0.25, terms: tuple[str, ...] | None = None):
@@ -43,6 +44,7 @@ def masking_options(name: str, **given) -> MaskingOptions:
     return MaskingOptions(**{**find_objective(name)[1].masking, **{k: v for k, v in given.items() if v is not None}})
 
 
+@whole_command
 def pretrain(corpus, out: str, *, objective: str = "bert", preset: str | None = None, recipe: str = "small-budget",
              positions: str | None = None, layer_norm: str | None = None, generator_fraction: float = 0.25,
              tokenizer: str | None = None, init: str | None = None, vocab_size: int | None = None,

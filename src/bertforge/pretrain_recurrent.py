@@ -33,6 +33,7 @@ from .paths import check_apart
 from .training.checkpoints import check_same_settings, latest_checkpoint
 from .training.distributed import distributed_setup
 from .training.trainer import TrainOptions, train
+from .training.budget import whole_command
 
 # AWD-LSTM trains through a sampled softmax of this many words by default when its vocabulary is
 # over 4x larger: measured on the Gutenberg corpus (44,609 words), 3 minutes give 177 steps and a
@@ -75,6 +76,7 @@ def default_options(out: str, init: str | None, objective: str = "awd-lstm", **g
     return TrainOptions(out=out, **values)
 
 
+@whole_command
 def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: str | None = None,
                        init: str | None = None, vocab_size: int = 60000, min_freq: int = 2, rules: bool = True,
                        bptt: int | None = None, batch_size: int | None = None, layout: str = "auto",

@@ -32,6 +32,7 @@ from .scoring import load_sacrebleu
 from .training.checkpoints import check_same_settings, latest_checkpoint
 from .training.distributed import distributed_setup
 from .training.trainer import TrainOptions
+from .training.budget import whole_command
 from .training.trainer import train as train_model
 from .translate import DecodeOptions, translate
 
@@ -52,6 +53,7 @@ INIT_SCHEDULE = (5e-5, 100)
 PYTHON_ONLY = ("save_every", "progress")
 
 
+@whole_command
 def train_translation(source_lang: str, target_lang: str, train: str, dev: str, out: str, *,
                       arch: str = "transformer", word_vectors: str | None = None, init: str | None = None,
                       min_vector_coverage: float = 0.5, preset: str | None = None,

@@ -14,6 +14,9 @@ REPORT_TO = dict(nargs="+", choices=REPORTERS, metavar="TRACKER",
                  help="also send every record of metrics.jsonl to: csv (OUT/metrics.csv), tensorboard "
                       "(OUT/tensorboard), wandb (Weights & Biases; its WANDB_* variables apply); several may "
                       "be named (default: none)")
+# --max-minutes, the same budget in every command that trains.
+MAX_MINUTES_HELP = ("the whole command's wall-clock budget in minutes, from its start (reading and preparing the "
+                    "data count) to its last training step; the final evaluation and save follow")
 # --precision of the commands that only run a model (evaluate, predict, embed).
 INFERENCE_PRECISION = dict(
     choices=["fp32", "bf16", "int8"], default="fp32",

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from ..config import PRESETS
-from .common import HelpFormatter, renamed
+from .common import MAX_MINUTES_HELP, HelpFormatter, renamed
 
 
 def add_command(commands) -> None:
     demo = commands.add_parser("demo", help="pretrain a small BERT on Shakespeare and try it (no arguments needed)",
                                formatter_class=HelpFormatter)
     demo.add_argument("--out", default="runs/demo", help="where to write the demo's outputs")
-    demo.add_argument("--max-minutes", type=float, default=3.0, help="pretraining budget")
+    demo.add_argument("--max-minutes", type=float, default=3.0, help=MAX_MINUTES_HELP + " (of its pretraining)")
     renamed(demo, "--minutes", "--max-minutes")
     demo.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: bertforge pretrain's)")
     demo.set_defaults(func=run)

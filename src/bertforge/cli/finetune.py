@@ -3,7 +3,7 @@ fine-tuning recipe of the model's family under every option given is resolved th
 
 from __future__ import annotations
 
-from .common import REPORT_TO, HelpFormatter, keywords
+from .common import MAX_MINUTES_HELP, REPORT_TO, HelpFormatter, keywords
 
 
 COVE_FEATURES = ("glove", "cove", "glove+cove")  # config/cove.py's, named here so that --help needs no torch
@@ -92,8 +92,7 @@ def _add_training(fine) -> None:
     fine.add_argument("--eval-every", type=int, help="steps between dev evaluations (default: every epoch)")
     fine.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
     fine.add_argument("--max-eval-samples", type=int, help="use only the first N dev examples")
-    fine.add_argument("--max-minutes", type=float,
-                      help="stop after this many minutes of training, keeping the best model so far")
+    fine.add_argument("--max-minutes", type=float, help=MAX_MINUTES_HELP + "; the best model so far is kept")
     fine.add_argument("--patience", type=int, help="stop after this many evaluations without improvement")
     fine.add_argument("--log-every", type=int, default=50, help="steps between metric records")
     fine.add_argument("--seed", type=int, default=42, help="seed for the head, shuffling and dropout")

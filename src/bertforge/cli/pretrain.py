@@ -5,7 +5,7 @@ the recurrent objectives, AWD-LSTM and ELMo, go on to `pretrain_recurrent`)."""
 from __future__ import annotations
 
 from ..families import FAMILIES, objective_names
-from .common import REPORT_TO, VOCAB_KINDS, HelpFormatter, keywords, renamed
+from .common import MAX_MINUTES_HELP, REPORT_TO, VOCAB_KINDS, HelpFormatter, keywords, renamed
 
 
 def add_command(commands) -> None:
@@ -67,7 +67,7 @@ def _add_model(pre) -> None:
 def _add_budget(pre) -> None:
     budget = pre.add_argument_group("budget (at least one)")
     budget.add_argument("--steps", type=int, help="optimizer steps")
-    budget.add_argument("--max-minutes", type=float, help="wall-clock minutes of training")
+    budget.add_argument("--max-minutes", type=float, help=MAX_MINUTES_HELP)
     pre.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from .common import REPORT_TO, HelpFormatter, add_device, add_path, keywords, renamed, resolve_device
+from .common import MAX_MINUTES_HELP, REPORT_TO, HelpFormatter, add_device, add_path, keywords, renamed, resolve_device
 
 # config/marian.py's and config/cove.py's, named here so that --help needs no torch
 PRESETS = ["mt-tiny", "multi30k", "base", "big", "cove-tiny", "cove"]
@@ -49,7 +49,7 @@ def _add_train(commands) -> None:
     p.add_argument("--max-seq-length", type=int, default=256, help="longer pairs are skipped (and counted in the log)")
     renamed(p, "--max-length", "--max-seq-length")
     p.add_argument("--steps", type=int, help="optimizer steps (with --max-minutes: whichever comes first)")
-    p.add_argument("--max-minutes", type=float, help="a time budget in minutes")
+    p.add_argument("--max-minutes", type=float, help=MAX_MINUTES_HELP)
     p.add_argument("--lr", type=float, help="the peak learning rate, reached after --warmup (default: 1e-3 for the "
                                             "Transformer, 2e-3 for --arch lstm)")
     p.add_argument("--warmup", type=float, help="warm-up of the inverse-square-root schedule: steps, or a fraction "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import HelpFormatter, keywords, renamed
+from .common import MAX_MINUTES_HELP, HelpFormatter, keywords, renamed
 
 
 def add_command(commands) -> None:
@@ -27,8 +27,8 @@ def add_command(commands) -> None:
     p.add_argument("--batch-size", type=int, default=65536, help="co-occurrence entries per update")
     p.add_argument("--memory-mb", type=int, default=1024,
                    help="memory for counting (beyond it, sorted runs are spilled to OUT.run/) and for shuffling")
-    p.add_argument("--max-minutes", type=float,
-                   help="a time budget for the whole run, counting included; the vectors are written when it ends")
+    p.add_argument("--max-minutes", type=float, help=MAX_MINUTES_HELP + " (counting included); the vectors "
+                   "are written when it ends")
     p.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
                    help="lines: one sentence per line; prose: paragraphs (the window never crosses either)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation and the shuffling")

@@ -16,8 +16,10 @@ the same pace. Every process plans rank 0's number, or their collectives would p
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
+from contextvars import ContextVar
 
 import torch
 import torch.distributed as dist
@@ -27,6 +29,32 @@ WINDOW = 10  # the pace is the mean of the last 2% of the run's steps, and of at
 WINDOW_TIME = 0.05  # and of enough of them to span 5% of the budget (a busy machine's steps vary),
 KEPT = 1000  # and of at most this many
 LEAST_MEASURED = 3  # steps measured before the first plan from the real pace
+
+
+# When the command began (time.perf_counter): `--max-minutes` is the whole command's budget, so the
+# trainer spends the time taken to read and prepare the data from it too.
+_COMMAND_START: ContextVar[float | None] = ContextVar("command_start", default=None)
+
+
+def whole_command(function):
+    """Decorate a command's function (pretrain, finetune, train_translation, ...): its minutes budget
+    counts from its call. The outermost call counts (pretrain calling pretrain_recurrent)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        token = _COMMAND_START.set(time.perf_counter()) if _COMMAND_START.get() is None else None
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if token is not None:
+                _COMMAND_START.reset(token)
+
+    return wrapper
+
+
+def command_started() -> float | None:
+    """time.perf_counter() when the command running now began, or None outside one."""
+    return _COMMAND_START.get()
 
 
 class Pace:

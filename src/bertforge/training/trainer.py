@@ -33,7 +33,7 @@ from ..formats.hf import check_vocab_fits
 from ..metrics import format_scores
 from ..progress import progress
 from .allocator import reuse_freed_memory
-from .budget import LEAST_MEASURED, Pace, due, estimate_steps, replan, warmup_steps
+from .budget import LEAST_MEASURED, Pace, command_started, due, estimate_steps, replan, warmup_steps
 from .checkpoints import latest_checkpoint, remove_incomplete, restore_checkpoint, save_checkpoint, write_model
 from .device import autocast as precision_autocast
 from .device import choose_precision
@@ -89,7 +89,7 @@ class TrainOptions:
 
 
 def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, run_config: dict | None = None,
-          resume: bool = False, evaluator=None, clock=time.perf_counter) -> dict:
+          resume: bool = False, evaluator=None, clock=time.perf_counter, started: float | None = None) -> dict:
     """Train `model` (an objective) on `data`. Returns a summary dict.
 
     `data.batches(position)` yields (next position, micro-batches) per step. Evaluation is
@@ -103,10 +103,12 @@ def train(model: torch.nn.Module, data, options: TrainOptions, tokenizer=None, r
     final, or best, HF model), `metrics.jsonl`, `run_config.json` and `loss.png` (with matplotlib);
     with `options.report_to`, each record of `metrics.jsonl` also goes to those trackers (`tracking`).
 
-    `clock` gives the seconds the time budget, the pace and tokens/s are measured in.
+    `clock` gives the seconds the time budget, the pace and tokens/s are measured in; `started`,
+    the clock's reading when the command began: `max_minutes` is the whole command's budget, so the
+    time it spent reading and preparing its data is spent from it (default: counted from here).
     """
     with contextlib.ExitStack() as cleanup:  # closes the trackers, however the run ends
-        return _train(model, data, options, tokenizer, run_config, resume, evaluator, cleanup, clock)
+        return _train(model, data, options, tokenizer, run_config, resume, evaluator, cleanup, clock, started)
 
 
 @dataclass
@@ -157,12 +159,15 @@ class _Run:
 
 
 def _train(model, data, options: TrainOptions, tokenizer, run_config: dict | None, resume: bool, evaluator,
-           cleanup: contextlib.ExitStack, clock) -> dict:
+           cleanup: contextlib.ExitStack, clock, started: float | None = None) -> dict:
     o = options
     run = _start(model, data, o, tokenizer, evaluator, resume, run_config, clock)
     _open_outputs(run, run_config, resume, cleanup)
     batches = data.batches(run.position)
-    planning = clock()  # the timed passes of a first plan are spent from the budget too
+    planning = clock()  # the timed passes of a first plan are spent from the budget too, and so is the
+    if started is None and clock is time.perf_counter:  # data's preparation, from the command's start
+        started = command_started()
+    planning = min(planning, started) if started is not None else planning
     _plan(run)
     stop = _StopFlag()
     run.bar = progress(total=run.total_steps, initial=run.step, disable=not (o.progress and run.rank == 0),
