@@ -242,9 +242,9 @@ def parameters(run_dir: str) -> int:
 
 def random_init(pretrained: str, out: str, seed: int) -> None:
     """The pretrained model's architecture and vocabulary, randomly initialised, never pretrained."""
-    code = ("import torch, shutil, os; from bertforge.families import load_config; from bertforge.formats import native; "
+    code = ("import torch, shutil, os; from bertforge.checkpoint import read_config; from bertforge.formats import native; "
             "from bertforge.formats.hf import save_pretrained; from bertforge.load import load_tokenizer; "
-            f"torch.manual_seed({seed}); config = load_config({pretrained!r}); tok = load_tokenizer({pretrained!r})\n"
+            f"torch.manual_seed({seed}); config = read_config({pretrained!r}); tok = load_tokenizer({pretrained!r})\n"
             "if config.model_type == 'awd-lstm':\n"
             "    from bertforge.models.awd_lstm import AWDLSTMLanguageModel as M\n"
             "elif config.model_type == 'elmo':\n"

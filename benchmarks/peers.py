@@ -160,7 +160,8 @@ def numpy_runner(tokenizer, forward, width: int, pool: bool = True):
 
 def ours(directory: str, precision: str, classifier: bool):
     if classifier:  # what `bertforge predict` runs
-        from bertforge.finetune import ensemble, label_names_of, load_ensemble
+        from bertforge.checkpoint import label_names_of
+        from bertforge.finetune import ensemble, load_ensemble
 
         members = load_ensemble([directory], "cpu", precision)
         names = label_names_of(members[0][0])

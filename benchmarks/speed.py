@@ -410,7 +410,8 @@ def finetune_child(impl: str) -> dict:
     if impl == "ours":
         from bertforge import Tokenizer
         from bertforge.data.batches import Position
-        from bertforge.formats.hf import load_into, read_config
+        from bertforge.checkpoint import read_config
+        from bertforge.formats.hf import load_into
         from bertforge.tasks import make_task
         from bertforge.tasks.common import FinetuneData
         from bertforge.training.allocator import reuse_freed_memory

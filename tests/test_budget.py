@@ -102,6 +102,18 @@ def test_a_slow_start_does_not_cut_the_run_short(tmp_path):
     assert last["lr"] < 0.05 * 1e-3  # the schedule ran its course: it was planned for the real number of steps
 
 
+def test_a_plan_that_grows_never_sends_the_rate_back_into_warm_up():
+    """A plan of 100 steps (10% warm-up: 10) grown to 400 at step 21 keeps its warm-up of 10: the
+    rate, at its peak since step 10, is not sent back to 21/40 of it; while still warming up, the
+    warm-up follows the plan."""
+    from bertforge.training.budget import replanned_warmup
+
+    o = TrainOptions(out="unused", max_minutes=1.0, warmup=0.1)
+    assert replanned_warmup(21, 10, o, 400) == 10
+    assert replanned_warmup(5, 10, o, 400) == 40 and replanned_warmup(5, 10, o, 30) == 5
+    assert replanned_warmup(3, 10, o, 60) == 6
+
+
 def test_a_run_that_slows_down_midway_ends_on_time(tmp_path):
     # 1/4 s a step for the first 100 steps, then 1 s: the plan shrinks as the steps slow down.
     result, seconds = run_budget(tmp_path, lambda step: 0.25 if step < 100 else 1.0)
@@ -141,6 +153,7 @@ def test_a_steps_budget_is_not_planned_again(tmp_path):
     result, seconds = run_budget(tmp_path, lambda step: 0.25, steps=50)
     assert result["step"] == 50 and seconds == 50 * 0.25
     result, seconds = run_budget(tmp_path, lambda step: 1.0, name="short", steps=500)
+    assert result["status"] == "time budget reached" and 55 <= result["step"] <= 61 and 60 <= seconds <= 61
 
 
 def test_the_pace_is_the_recent_steps():
@@ -154,7 +167,7 @@ def test_the_pace_is_the_recent_steps():
     assert pace.per_step(100) == 0.125  # the window: the last 10 steps
     assert pace.per_step(1000) == (2 * 1.0 + 10 * 0.125) / 12  # 2% of 1000 = 20 steps, 12 measured
     assert pace.per_step(100, budget_seconds=40) == (1.0 + 10 * 0.125) / 11  # 11 steps span 5% of 40 s
-    assert [s for s in range(1, 301) if due(s, 300)] == list(range(3, 301, 3))
+    assert [s for s in range(1, 301) if due(s, 300)] == sorted(set(range(3, 301, 3)) | {4, 8, 16, 32, 64, 128, 256})
     assert due(300, 300) and due(301, 300) and not due(7, 300) and due(7, 8)
 
 
@@ -194,4 +207,4 @@ def test_a_command_counts_its_budget_from_its_own_start():
 
     begin = time.perf_counter()
     started = outer()
-    assert begin <= started == seen[0] <= begin + 0.009 and command_started() is None
+    assert begin <= started == seen[0] <= time.perf_counter() and command_started() is None

@@ -310,3 +310,17 @@ def test_the_run_says_what_it_holds_out(tmp_path):
     text = header(model, {"train_documents": 3, "eval_documents": 0, "held_out": held}, options,
                   torch.device("cpu"), "fp32", 1)
     assert "data: 3 documents to train on; nothing held out for evaluation\n" in text
+
+
+def test_a_run_made_before_the_split_inside_documents_is_not_resumed_on_other_text():
+    """A run_config.json without `held_out` held out whole documents only: resuming it with this split
+    would move text between its training and its evaluation, so it is refused in one line; a run
+    that held nothing out, or one made with this split, resumes."""
+    from bertforge.data.held_out import check_resumable
+    from bertforge.errors import BertforgeError
+
+    with pytest.raises(BertforgeError, match="runs/old: a run made before held-out text was cut inside documents "
+                                             r"\(it held out 2 whole document\(s\)\)"):
+        check_resumable("runs/old", {"eval_fraction": 0.02, "eval_documents": 2})
+    check_resumable("runs/old", {"eval_fraction": 0.0, "eval_documents": 0})
+    check_resumable("runs/new", {"eval_fraction": 0.02, "eval_documents": 0, "held_out": {"share": 0.02}})

@@ -224,6 +224,16 @@ def value_of(argv: list[str], flag: str) -> str:
     return argv[argv.index(flag) + 1]
 
 
+def parsed(argv: list[str]):
+    """`argv` as the command line reads it (a positional model or output given to its flag)."""
+    from bertforge.cli import build_parser
+    from bertforge.cli.common import resolve_positionals
+
+    args = build_parser().parse_args(argv)
+    resolve_positionals(args)
+    return args
+
+
 def saved_model(directory: Path) -> dict:
     config = json.loads((directory / "config.json").read_text())
     assert config.get("model_type"), f"{directory / 'config.json'} names no model type"
@@ -248,7 +258,7 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
     elif command == "tokenizer":
         assert json.loads((work / value_of(argv, "--out") / "tokenizer.json").read_text())["model"]["vocab"]
     elif command == "generate":
-        assert lines[0].startswith(argv[2]), lines  # the prompt, then what the model adds
+        assert lines[0].startswith(parsed(argv).prompt), lines  # the prompt, then what the model adds
     elif command == "train-translation":
         expected = "cove" if "lstm" in argv else "marian"
         assert saved_model(work / value_of(argv, "--out") / "model")["model_type"] == expected
@@ -272,18 +282,18 @@ def check_output(argv: list[str], out: str, work: Path) -> None:
     elif command == "fill-mask":
         assert re.match(r"\[MASK\] 1: \S+ \(\d", lines[0]), lines
     elif command == "export":
-        assert lines[0].startswith(f"wrote {argv[2]}: ")
+        assert lines[0].startswith(f"wrote {parsed(argv).out}: ")
         if "allennlp" in argv:
-            assert json.loads((work / argv[2] / "options.json").read_text())["lstm"]
+            assert json.loads((work / parsed(argv).out / "options.json").read_text())["lstm"]
         else:
-            assert "onnxruntime agrees" in lines[0] and (work / argv[2]).stat().st_size > 1000, lines
+            assert "onnxruntime agrees" in lines[0] and (work / parsed(argv).out).stat().st_size > 1000, lines
     elif command == "import-allennlp":
-        assert saved_model(work / argv[3])["model_type"] == "elmo"
+        assert saved_model(work / parsed(argv).out)["model_type"] == "elmo"
     elif command == "evaluate":
         scores = json.loads(lines[-1])
         assert 0 <= scores["accuracy"] <= 1 and scores["examples"] > 0, scores
     elif command == "info":
-        assert re.match(rf"{re.escape(argv[1])}: \w+, \d+\.\dM parameters", lines[0]), lines
+        assert re.match(rf"{re.escape(parsed(argv).model)}: \w+, \d+\.\dM parameters", lines[0]), lines
     elif command == "predict":
         if "--format" in argv and value_of(argv, "--format") == "conll":
             assert all(len(line.split()) >= 2 for line in lines if line), lines  # a word and its tags

@@ -98,7 +98,8 @@ def test_a_checkpoint_pretraining_wrote_is_read_without_a_pooler_warning(tmp_pat
 
     from conftest import write_corpus
 
-    from bertforge.formats.hf import load_into, read_config
+    from bertforge.checkpoint import read_config
+    from bertforge.formats.hf import load_into
     from bertforge.pretrain import pretrain
     from bertforge.tasks import make_task
     from bertforge.training.trainer import TrainOptions

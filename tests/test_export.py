@@ -6,7 +6,7 @@ import torch
 
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
-from bertforge.formats.hf import read_config
+from bertforge.checkpoint import read_config
 from bertforge.onnx_export import INPUTS, export_onnx, exportable, sample_inputs
 
 onnxruntime = pytest.importorskip("onnxruntime")

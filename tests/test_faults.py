@@ -29,7 +29,8 @@ from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.checks import COMMAND_RULES, RULES
 from bertforge.cli import build_parser, main
 from bertforge.data.corpus import corpus_sentences
-from bertforge.formats.hf import read_config, read_weights
+from bertforge.checkpoint import read_config
+from bertforge.formats.hf import read_weights
 from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
 from bertforge.tasks.common import read_records
@@ -426,7 +427,8 @@ def test_every_family_and_head_works_or_says_why(tmp_path, capsys):
         assert main(["embed", "--model", f"{CHECKPOINTS}/{name}", "--input", str(text), "--output",
                      str(vectors[name])]) == 0
     assert np.array_equal(np.load(vectors["elmo"]), np.load(vectors["elmo-sst2"]))
-    from bertforge.formats.hf import has_masked_lm_head, read_config
+    from bertforge.checkpoint import read_config
+    from bertforge.formats.hf import has_masked_lm_head
 
     assert not has_masked_lm_head(read_config(f"{CHECKPOINTS}/electra"))
     assert has_masked_lm_head(read_config(f"{CHECKPOINTS}/electra/generator"))

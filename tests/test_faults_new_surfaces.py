@@ -99,7 +99,7 @@ def writing_commands(i: dict) -> list[tuple[str, dict]]:
         ("finetune", dict(task="sst2", train=f"{d}/train.tsv", dev=f"{d}/train.tsv", model=m, out=f"{m}/ft")),
         ("finetune", dict(task="sst2", train=f"{d}/train.tsv", dev=f"{d}/train.tsv", model=m, out=d)),
         ("pretrain", dict(corpus=[c], out=f"{c}/run")),
-        ("pretrain", dict(corpus=[f"{c}/*.txt"], out=f"{c}/run")),
+        ("pretrain", dict(corpus=[f"{c}/**/*.txt"], out=f"{c}/run")),
         ("pretrain", dict(corpus=[c], out=f"{os.path.dirname(c)}/run", init=m, cache_dir=f"{m}/cache")),
         ("word-vectors", dict(corpus=[c], output=f"{c}/v.txt")),
         ("word-vectors", dict(corpus=[f"{c}/*.txt"], output=f"{c}/v.txt")),
@@ -159,7 +159,7 @@ def test_the_python_api_refuses_too(inputs):
     with pytest.raises(BertforgeError, match="is inside the input folder"):
         train_word_vectors([c], f"{c}/v.txt", progress=False)
     with pytest.raises(BertforgeError, match="is inside the input folder"):
-        train_word_vectors([f"{c}/*.txt"], f"{c}/sub/v.txt", progress=False)
+        train_word_vectors([f"{c}/**/*.txt"], f"{c}/sub/v.txt", progress=False)
     with pytest.raises(BertforgeError, match="holds the input"):
         train_translation("en", "de", f"{d}/metrics.jsonl", f"{d}/metrics.jsonl", d, progress=False)
     assert not os.path.exists(f"{c}/v.txt.run")
@@ -542,3 +542,19 @@ def test_a_marian_projection_cut_in_rows_or_columns_is_one_line(mt_run, tmp_path
     with pytest.raises(BertforgeError, match=rf"model.safetensors: wrong shapes: {name} \({shape[0]}, {shape[1]}\) "
                                              rf"\(the model needs \({d}, {d}\)\)"):
         load(str(model))
+
+
+def test_an_output_beside_a_pattern_it_does_not_match_is_accepted(tmp_path, monkeypatch):
+    """A pattern reads only what it matches: `--corpus '*.txt' --out runs/x` is fine, an output the
+    pattern would read next time is not; a recursive pattern stands for its whole folder."""
+    from bertforge.paths import check_outputs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    for accepted in ({"corpus": ["*.txt"], "out": "runs/x"}, {"corpus": ["a.txt", "*.md"], "out": "runs/x"},
+                     {"corpus": ["corpus/*.txt"], "out": "corpus/run"}, {"model": "m", "output": "preds.jsonl"}):
+        check_outputs(accepted)
+    for refused, words in (({"corpus": ["corpus/*.txt"], "output": "corpus/v.txt"}, "matches the input pattern"),
+                           ({"corpus": ["corpus/**/*.txt"], "out": "corpus/run"}, "inside the input folder")):
+        with pytest.raises(BertforgeError, match=words):
+            check_outputs(refused)

@@ -10,7 +10,7 @@ from conftest import GPT_ORDERS, random_batch, randomise, write_corpus
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.config import GPTConfig, gpt_preset
-from bertforge.families import load_config
+from bertforge.checkpoint import read_config
 from bertforge.data.batches import next_token_batch
 from bertforge.formats.hf import to_hf
 from bertforge.generate import Generator, check_options, filtered
@@ -74,10 +74,10 @@ def test_gpt2_options_the_decoder_lacks_are_refused(tmp_path):
             setattr(config, key, value)
         config.save_pretrained(tmp_path)
         with pytest.raises(BertforgeError, match=named):
-            load_config(str(tmp_path))
+            read_config(str(tmp_path))
         config = gpt2_config()
     config.save_pretrained(tmp_path)
-    assert load_config(str(tmp_path)).pre_norm
+    assert read_config(str(tmp_path)).pre_norm
 
 
 @pytest.mark.parametrize("model_type", GPT_ORDERS)
@@ -164,7 +164,7 @@ def test_pretrain_then_generate_through_the_command_line(tmp_path, capsys):
     assert run_config["layer_norm"] == "pre"  # the small-budget recipe's: GPT-2's order
     model = out / "model"
     assert Tokenizer.from_pretrained(str(model)).kind == "bpe"  # GPT-1's vocabulary by default
-    config = load_config(str(model))
+    config = read_config(str(model))
     assert config.architectures == ["GPTNeoXForCausalLM"] and config.n_layer == gpt_preset("bert-tiny").n_layer
     theirs, info = transformers.GPTNeoXForCausalLM.from_pretrained(model, output_loading_info=True)
     assert not any(info.values()), info
@@ -215,7 +215,7 @@ def test_layer_order_is_the_recipes_or_chosen_and_saved_as_its_hf_type(tmp_path,
     assert "add --positions absolute" in capsys.readouterr().err
     assert main(["pretrain", "--objective", "gpt", "--layer-norm", "post", "--positions", "absolute", "--out",
                  str(tmp_path / "gpt1"), *common]) == 0
-    assert load_config(str(tmp_path / "gpt1" / "model")).architectures == ["OpenAIGPTLMHeadModel"]
+    assert read_config(str(tmp_path / "gpt1" / "model")).architectures == ["OpenAIGPTLMHeadModel"]
     assert json.loads((tmp_path / "gpt1" / "run_config.json").read_text())["layer_norm"] == "post"
     capsys.readouterr()
     assert main(["pretrain", "--objective", "bert", "--layer-norm", "pre", "--out", str(tmp_path / "bert"),
@@ -258,7 +258,7 @@ def test_resume_equals_uninterrupted_and_keeps_the_runs_layer_order(tmp_path):
     old["args"] = {k: v for k, v in saved["args"].items() if k != "layer_norm"}
     (split / "run_config.json").write_text(json.dumps(old))
     run(split, "--resume")
-    assert load_config(str(split / "model")).architectures == ["OpenAIGPTLMHeadModel"]
+    assert read_config(str(split / "model")).architectures == ["OpenAIGPTLMHeadModel"]
     a, b = load_file(str(tmp_path / "straight" / "model" / "model.safetensors")), \
         load_file(str(split / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -13,7 +13,7 @@ from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretraine
 from bertforge.cli import main
 from bertforge.config import GPTConfig
 from bertforge.config.gpt import pretraining_config
-from bertforge.families import load_config
+from bertforge.checkpoint import read_config
 from bertforge.families import objective as find_objective
 from bertforge.generate import Generator
 from bertforge.models.gpt import GPT
@@ -106,13 +106,13 @@ def test_gpt_neox_options_the_decoder_lacks_are_refused(tmp_path):
                           ({"rotary_pct": 0.2}, "even count")):
         neox(**change).save_pretrained(tmp_path)
         with pytest.raises(BertforgeError, match=named):
-            load_config(str(tmp_path))
+            read_config(str(tmp_path))
     # transformers 4's spelling of the rotary settings, without rope_parameters
     neox().save_pretrained(tmp_path)
     data = json.loads((tmp_path / "config.json").read_text())
     data.pop("rope_parameters")
     (tmp_path / "config.json").write_text(json.dumps({**data, "rotary_pct": 0.5, "rotary_emb_base": 100.0}))
-    config = load_config(str(tmp_path))
+    config = read_config(str(tmp_path))
     assert (config.positions, config.rotary_dims, config.rotary_emb_base, config.afn) == ("rotary", 4, 100.0, "gelu_exact")
     for bad, named in (({"model_type": "gpt2", "rotary_pct": 1.0}, "unset outside gpt_neox"),
                        ({"embd_pdrop": 0.1, "resid_pdrop": 0.0}, "one hidden_dropout"),
@@ -185,7 +185,7 @@ def test_pretrain_rotary_then_generate_and_evaluate_lm_through_the_command_line(
     run_config = json.loads((out / "run_config.json").read_text())
     assert (run_config["positions"], run_config["layer_norm"]) == ("rotary", "pre")
     model = out / "model"
-    config = load_config(str(model))
+    config = read_config(str(model))
     assert config.architectures == ["GPTNeoXForCausalLM"] and config.positions == "rotary"
     theirs, info = transformers.GPTNeoXForCausalLM.from_pretrained(model, output_loading_info=True)
     assert not any(info.values()), info

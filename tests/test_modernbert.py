@@ -9,7 +9,7 @@ from conftest import copy_task_accuracy, random_batch, randomise
 
 from bertforge import BertforgeError, load_pretrained, save_pretrained
 from bertforge.config import ModernBertConfig, modernbert_preset
-from bertforge.families import load_config
+from bertforge.checkpoint import read_config
 from bertforge.models.modernbert import ModernBert
 from bertforge.models.objectives import BertPretraining
 from bertforge.tasks.choice import ChoiceScorer
@@ -152,7 +152,7 @@ def test_configs_of_either_shape_load_and_bad_ones_are_named(tmp_path):
            "local_rope_theta": 5000.0, "reference_compile": None, "deterministic_flash_attn": False}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(old))
-    cfg = load_config(str(path))
+    cfg = read_config(str(tmp_path))
     assert cfg.layer_types == ["full_attention", "sliding_attention"] * 2
     assert cfg.rope_parameters["full_attention"]["rope_theta"] == 80000.0
     assert cfg.rope_parameters["sliding_attention"]["rope_theta"] == 5000.0
@@ -161,10 +161,10 @@ def test_configs_of_either_shape_load_and_bad_ones_are_named(tmp_path):
     assert theirs.rope_parameters["full_attention"]["rope_theta"] == 80000.0
     path.write_text(json.dumps({**old, "hidden_size": 30}))
     with pytest.raises(BertforgeError, match=r"config.json: config field 'num_attention_heads'"):
-        load_config(str(path))
+        read_config(str(tmp_path))
     path.write_text(json.dumps({**old, "hiden_size": 32}))
     with pytest.raises(BertforgeError, match="unknown key.*hiden_size"):
-        load_config(str(path))
+        read_config(str(tmp_path))
 
 
 def test_preset_gives_bert_sized_feed_forward_weights():
@@ -186,8 +186,8 @@ def test_a_pretrained_modernbert_serves_every_use(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["pretrain", "--objective", "modernbert", "--corpus", str(tmp_path / "corpus"), "--out", str(out),
                  "--preset", "bert-tiny", "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32",
-                 "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "100", "--lr", "2e-3",
-                 "--eval-every", "100", "--precision", "fp32"]) == 0
+                 "--cache-dir", str(tmp_path / "cache"), "--quiet", "--steps", "160", "--lr", "2e-3",
+                 "--eval-every", "160", "--precision", "fp32"]) == 0
     capsys.readouterr()
     run_config = json.loads((out / "run_config.json").read_text())
     assert run_config["positions"] == "rotary" and run_config["masking"]["mask_prob"] == 0.3
@@ -196,8 +196,9 @@ def test_a_pretrained_modernbert_serves_every_use(tmp_path, capsys):
                  "--cache-dir", str(tmp_path / "cache")]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert "nsp_accuracy" not in scores  # masked LM alone
-    # it learns: 0.65 on unseen text, where always guessing the commonest word gets 0.12 (20 steps
-    # on the old random-word corpus gave 0.10 there, under that baseline)
+    # it learns: 0.64 on unseen text after 160 steps (seeds 0 and 1: 0.64, 0.85), where always guessing
+    # the commonest word gets 0.12; at 100 steps the seed decides (0.22 to 0.74: the cycles are learned
+    # all at once), so the test gives it the steps that learn them
     assert scores["mlm_accuracy"] > scores["commonest_token_accuracy"] + 0.3
     assert scores["mlm_loss"] < scores["unigram_loss"] - 0.5
     assert main(["fill-mask", model, "alpha [MASK] gamma"]) == 0

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from bertforge.checkpoint import read_config
 from bertforge.formats import native
 from bertforge.load import load
 
@@ -35,7 +36,7 @@ def test_a_task_starts_from_an_old_language_models_encoder():
     directory = os.path.join(FIXTURES, "awd-lstm")
     lm = native.load_model(AWDLSTMLanguageModel, directory)
     task = make_task("sst2")
-    classifier = task.build_model(task.configure(native.read_config(directory), ["negative", "positive"], None))
-    native.load_encoder(classifier, directory)
+    classifier = task.build_model(task.configure(read_config(directory), ["negative", "positive"], None))
+    native.load_encoder(classifier, directory, read_config(directory))
     ours, theirs = classifier.backbone.state_dict(), lm.backbone.state_dict()
     assert ours.keys() == theirs.keys() and all((ours[k] == theirs[k]).all() for k in ours)

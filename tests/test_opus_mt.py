@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from bertforge.cli import main
+from bertforge.errors import BertforgeError
 
 spm = pytest.importorskip("sentencepiece", reason="the translation extra (pip install 'bertforge[translation]')")
 pytest.importorskip("transformers", reason="the test extra")
@@ -370,3 +371,18 @@ def test_export_writes_an_encoder_and_decoder_that_translate_alike(opus, tmp_pat
         tokens = np.concatenate([tokens, logits[:, -1].argmax(-1)[:, None]], axis=1)
     texts = [loaded.tokenizer.decode(row[1:].tolist()) for row in tokens]
     assert texts == translate(loaded.model, loaded.tokenizer, SOURCES[1:3], DecodeOptions(beam=1)) == TARGETS[1:3]
+
+
+def test_a_vocabulary_whose_ids_skip_past_its_size_is_refused(tmp_path):
+    """vocab.json's ids are the embedding's rows: an id past the number of pieces would index past
+    them; one line naming the file and the piece instead."""
+    import json
+
+    from bertforge.data.opus_mt import _read_vocab
+
+    path = tmp_path / "vocab.json"
+    path.write_text(json.dumps({"</s>": 0, "<unk>": 1, "▁a": 7}))
+    with pytest.raises(BertforgeError, match=r"vocab.json: the id of '▁a' is 7, past its 3 pieces"):
+        _read_vocab(str(path))
+    path.write_text(json.dumps({"</s>": 0, "<unk>": 1, "▁a": 2}))
+    assert _read_vocab(str(path)) == {"</s>": 0, "<unk>": 1, "▁a": 2}

@@ -174,3 +174,23 @@ def test_word_vectors_from_python_are_the_commands(tmp_path):
     assert settings == json.loads((tmp_path / "cli.txt.run" / "settings.json").read_text())
     assert (settings["window"], settings["x_max"], settings["lr"], settings["lowercase"]) == (10, 10.0, 0.2, True)
     assert (tmp_path / "py.txt").read_bytes() == (tmp_path / "cli.txt").read_bytes()  # the same vectors
+
+
+def test_a_trainoptions_left_at_its_rates_says_where_the_recipe_is(tmp_path):
+    """`pretrain(corpus, out, options=TrainOptions(max_minutes=3))` trains with what it is given; its
+    class defaults (BERT 2018's rates) learn little in minutes, so the call says so, and how to get
+    the command line's recipe."""
+    import warnings
+
+    from bertforge.errors import BertforgeError
+    from bertforge.training.trainer import TrainOptions
+
+    with pytest.warns(UserWarning, match=r"pretrain\(corpus, out, max_minutes=\.\.\., preset=\.\.\.\)"):
+        with pytest.raises(BertforgeError):  # no such corpus: said after the warning, before any work
+            pretrain(str(tmp_path / "none"), str(tmp_path / "run"),
+                     options=TrainOptions(out=str(tmp_path / "run"), max_minutes=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(BertforgeError):  # rates of its own: no warning
+            pretrain(str(tmp_path / "none"), str(tmp_path / "run"),
+                     options=TrainOptions(out=str(tmp_path / "run"), max_minutes=3, lr=2e-3, warmup=0.1))

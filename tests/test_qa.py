@@ -10,7 +10,7 @@ from conftest import tiny_config, word_tokenizer
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.finetune import evaluate, finetune, predict
 from bertforge.load import load_finetuned
-from bertforge.formats.hf import read_config
+from bertforge.checkpoint import read_config
 from bertforge.models.bert import Bert
 from bertforge.tasks import make_task
 from bertforge.training.trainer import TrainOptions

@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import write_corpus
 
+from bertforge.checkpoint import read_config
 from bertforge.config import awd_lstm_preset
 from bertforge.data.batches import Position
 from bertforge.data.streams import LMStreams, chunk_length
@@ -224,8 +225,8 @@ def test_target_task_lm_fine_tuning_matches_the_vocabulary(tmp_path):
     old = weights(tmp_path / "stage1" / "model")
     model_dir = str(tmp_path / "stage1" / "model")
     new_vocab = WordVocab.train([target.read_text()], min_freq=2, rules=old_vocab.rules)
-    model = RecurrentLMPretraining(native.read_config(model_dir).__class__(
-        **{**native.read_config(model_dir).to_dict(), "vocab_size": new_vocab.vocab_size}))
+    model = RecurrentLMPretraining(read_config(model_dir).__class__(
+        **{**read_config(model_dir).to_dict(), "vocab_size": new_vocab.vocab_size}))
     new_words = match_vocabulary(model, model_dir, new_vocab)
     rows = model.backbone.embeddings.weight.detach()
     assert new_words == 2  # omega and psi

@@ -124,8 +124,9 @@ def test_a_request_not_answered_in_time_is_given_up_and_its_work_stopped():
         answer = client.post("/translate", json={"text": "slow"})
         assert answer.status_code == 503, answer.text
         assert answer.json()["error"] == ("the request was not answered within 0.3 s (bertforge serve "
-                                          "--max-request-seconds) and its work was stopped; send fewer or shorter "
-                                          "texts, or a smaller beam")
+                                          "--max-request-seconds) and was given up (a translation stops decoding; "
+                                          "another model call already running ends, and its answer is dropped); "
+                                          "send fewer or shorter texts, or a smaller beam")
         assert engine.stopped.wait(10) and time.monotonic() - started < 10
         # the model's thread is free again: the next request is answered, and the stopped one is not retried
         assert client.post("/translate", json={"text": "quick"}).json() == {"translation": "QUICK"}

@@ -172,10 +172,10 @@ def test_a_transformers_checkpoint_loads_here_with_equal_logits(tmp_path):
     with torch.no_grad():
         hf.final_logits_bias.normal_()
     hf.save_pretrained(str(tmp_path))
-    from bertforge.families import load_config
+    from bertforge.checkpoint import read_config
     from bertforge.formats.marian import load_model
 
-    ours = load_model(Transformer, str(tmp_path), config=load_config(str(tmp_path))).eval()
+    ours = load_model(Transformer, str(tmp_path), config=read_config(str(tmp_path))).eval()
     source, mask, target = _batch(1)
     with torch.no_grad():
         a = ours(source, mask, target)
@@ -300,10 +300,10 @@ def test_pre_ln_round_trips_through_its_directory(tmp_path):
     with torch.no_grad():
         ours.backbone.encoder.norm.weight.normal_()
     write_parts(ours, str(tmp_path))
-    from bertforge.families import load_config
+    from bertforge.checkpoint import read_config
     from bertforge.formats.marian import load_model
 
-    back = load_model(Transformer, str(tmp_path), config=load_config(str(tmp_path))).eval()
+    back = load_model(Transformer, str(tmp_path), config=read_config(str(tmp_path))).eval()
     source, mask, target = _batch()
     with torch.no_grad():
         torch.testing.assert_close(back(source, mask, target), ours.backbone.eval()(source, mask, target),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 from .atomic import atomic_file
 from .data.held_out import describe
@@ -94,4 +95,4 @@ def _command(run_config: dict) -> str:
         if value is None or value is False:
             continue
         words += [flag] if value is True else [flag, *map(str, value if isinstance(value, list) else [value])]
-    return "\n\nMade by:\n\n```bash\n" + " ".join(words) + "\n```"
+    return "\n\nMade by:\n\n```bash\n" + " ".join(shlex.quote(w) for w in words) + "\n```"

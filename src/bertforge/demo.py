@@ -133,7 +133,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = 
     if evals:
         print(NSP_AT_THIS_BUDGET.format(evals[-1]["eval"]["nsp_accuracy"]))
     model_dir = os.path.join(run, "model")
-    print(f"\n{HELD_OUT[:-4]}, never seen in training (bertforge evaluate-lm {model_dir} {held_out}):")
+    print(f"\n{HELD_OUT[:-4]}, never seen in training (bertforge evaluate-lm --model {model_dir} {held_out}):")
     result = evaluate_lm(model_dir, [held_out], layout="prose", cache_dir=cache)
     print("  " + report(result).replace("\n", "\n  "))
     fill = FillMask(model_dir)
@@ -143,7 +143,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, preset: str | None = 
         print(f"  {prompt}\n    -> {guesses}")
     print(f"\nan HF checkpoint is in {model_dir}; it loads anywhere, e.g.\n"
           f"  transformers.AutoModelForMaskedLM.from_pretrained({model_dir!r})\n"
-          f"  bertforge fill-mask {model_dir} \"the [MASK] of denmark\"")
+          f"  bertforge fill-mask --model {model_dir} \"the [MASK] of denmark\"")
     if os.path.exists(os.path.join(run, "loss.png")):
         print(f"loss curve: {os.path.join(run, 'loss.png')}")
     print(f"\nlook inside it in a browser (fill-mask, tokens, what each attention head looks at):\n"

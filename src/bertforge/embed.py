@@ -16,8 +16,8 @@ from .atomic import atomic_file
 from .config.base import _read_json
 from .errors import BertforgeError
 from .families import family_of, resolve
-from .formats.hf import load_pretrained, read_config
-from .load import load, load_tokenizer, read_model
+from .checkpoint import read_config
+from .load import load
 from .paths import inside
 from .progress import progress as progress_bar
 from .quantize import for_inference
@@ -97,8 +97,8 @@ class Embedder:
         """A Transformer's encoder (heads in the checkpoint are left out, and so is the pooler, which
         no pooling here reads: a checkpoint without one, as masked-LM pretraining writes, is not
         warned of), with the settings of a sentence-transformers directory."""
-        return cls(load_pretrained(directory, device=device, config=config, pooler=False),
-                   load_tokenizer(directory, config), **sentence_transformers_settings(directory), precision=precision)
+        loaded = load(directory, device, model=resolve(family_of(config).encoder), config=config, pooler=False)
+        return cls(loaded.model, loaded.tokenizer, **sentence_transformers_settings(directory), precision=precision)
 
     @property
     def states(self) -> int:
@@ -176,11 +176,9 @@ class ELMoEmbedder:
     def load(cls, directory: str, config, device: str | torch.device = "cpu", precision: str = "fp32") -> "ELMoEmbedder":
         from .models.elmo import ELMoLanguageModel
 
-        if config.bertforge_task:  # fine-tuned: the biLM inside the task model, frozen, so the pretrained one
-            model = load(directory, device, config=config).model
-        else:
-            model = read_model(directory, config, family_of(config), ELMoLanguageModel, device)
-        return cls(model.backbone, load_tokenizer(directory, config), precision=precision)
+        # fine-tuned: the biLM inside the task model (its task's model, by default), frozen, so the pretrained one
+        loaded = load(directory, device, model=None if config.bertforge_task else ELMoLanguageModel, config=config)
+        return cls(loaded.model.backbone, loaded.tokenizer, precision=precision)
 
     @property
     def states(self) -> int:

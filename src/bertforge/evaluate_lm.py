@@ -31,7 +31,8 @@ from .data.streams import LMStreams
 from .data.tokenizer import Tokenizer
 from .errors import BertforgeError
 from .families import family_of, resolve
-from .formats.hf import head_keys, load_pretrained, read_config, read_weights
+from .checkpoint import read_config
+from .formats.hf import head_keys, load_pretrained, read_weights
 from .load import Loaded, load
 from .models.objectives import BertPretraining
 from .pretrain_recurrent import word_documents
@@ -66,7 +67,8 @@ def evaluate_lm(model_dir: str, files, max_seq_length: int = 128, batch_size: in
                              f"{config.bertforge_task['name']}); evaluate-lm needs a pretraining checkpoint")
     record = family.objectives[0]
     # The checkpoint's own objective: a native family's is what the loader builds by default.
-    loaded = load(model_dir, model=None if family.native else lambda c: resolve(record.build)(c, record.terms))
+    loaded = load(model_dir, model=None if family.native else lambda c: resolve(record.build)(c, record.terms),
+                  config=config)
     if family.pipeline == "word":
         data = word_streams(loaded, files, max_seq_length, batch_size, seed, layout, text_field)
     else:
@@ -155,7 +157,7 @@ def masked_lm_scores(model_dir: str, config, files, max_seq_length: int, batch_s
     shards = build_shards(files, tokenizer, cache_dir, layout, text_field, progress=False)
     if shards.num_documents < 2:
         sentence = None  # negatives come from another document: one alone can only score the MLM
-    model = load_pretrained(model_dir, cls=BertPretraining, sentence=sentence).eval()
+    model = load_pretrained(model_dir, cls=BertPretraining, config=config, sentence=sentence).eval()
     terms = ("mlm", sentence) if sentence else ("mlm",)
     data = PretrainingData(shards, tokenizer, batch_size, max_seq_length, short_seq_prob=0.0,
                            masking=MaskingOptions(), seed=seed, eval_fraction=0.0, terms=terms)

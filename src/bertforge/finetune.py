@@ -12,12 +12,13 @@ import sys
 import torch
 
 from .atomic import atomic_file
+from .checkpoint import label_names_of, read_config
 from .checks import check_options
 from .config.cove import FEATURES
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .formats import native
-from .formats.hf import load_into, read_config
+from .formats.hf import load_into
 from .load import load_finetuned, load_tokenizer
 from .plan import GIVEN, Plan
 from .paths import check_apart
@@ -91,7 +92,7 @@ def finetune(task, train: str, dev: str, model: str, out: str, *, text_column: s
     plan, options = (None, options) if options is not None else _finetuning_options(base, family, given)
     options.out = out
     rank, world, _ = distributed_setup()
-    tokenizer = load_tokenizer(model)
+    tokenizer = load_tokenizer(model, base, family)
     if family.input_transforms:
         tokenizer = tokenizer.with_input_transforms()
     show = options.progress and rank == 0
@@ -255,11 +256,11 @@ def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, tr
     torch.manual_seed(seed)
     net = task.build_model(config)
     if family.native:
-        native.load_encoder(net, model)
+        native.load_encoder(net, model, base)
     elif family.checkpoint:  # a layout of the family's own (CoVe's): its encoder into the task model
         resolve(family.checkpoint + ":load_backbone")(net, model)
     else:
-        load_into(net, model, new_heads=True, heads=False)  # the encoder; the task head starts fresh
+        load_into(net, model, new_heads=True, config=base, heads=False)  # the encoder; the task head starts fresh
     if hasattr(net, "keep_frozen_outputs"):  # ELMo's biLM, CoVe's MT-LSTM: read each sentence once, not once per epoch
         net.keep_frozen_outputs()
     if task.crf:  # ... and a CRF from the training data's tag bigrams (see CRF.init_from_paths)
@@ -345,14 +346,6 @@ def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
         new.weight[: old.num_embeddings] = old.weight
     decoder.embeddings.word = new
     decoder.config.vocab_size = tokenizer.vocab_size
-
-
-def label_names_of(model) -> list[str] | None:
-    """A fine-tuned classifier's label names in id order (None for regression and other heads)."""
-    config = model.backbone.config
-    if config.problem_type == "regression" or not config.id2label:
-        return None
-    return [config.id2label[i] for i in range(len(config.id2label))]
 
 
 def _output_format(path: str | None, requested: str | None, family: str) -> str:

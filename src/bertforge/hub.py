@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 from .errors import BertforgeError
 
@@ -78,6 +79,8 @@ def model_path(name: str) -> str:
     weights = [f for f in os.listdir(folder) if f.endswith(".safetensors") and f != "bertforge_heads.safetensors"]
     if not weights and not options["local_files_only"]:  # an old upload's only weights
         folder = _download(huggingface_hub, name, repo, [PICKLED], where, options)
+    # said, so that a mistyped local folder that happens to be a Hub name is never read unnoticed
+    print(f"{name}: no such directory here; the Hugging Face Hub model {repo}, from {folder}", file=sys.stderr)
     return folder
 
 

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .checkpoint import read_config
 from .checks import check_model_size
 from .data.words import FILE as WORDS_FILE
 from .data.words import WordVocab
 from .errors import BertforgeError
 from .families import Family, family_of, resolve
 from .formats import native
-from .formats.hf import load_pretrained, read_config
+from .formats.hf import load_pretrained
 from .hub import model_path
 from .tasks import task_from_config
 from .data.tokenizer import Tokenizer
@@ -52,14 +53,14 @@ def load(directory: str, device: str | torch.device = "cpu", model=None, use: st
     from the Hub's cache, fetched if need be (hub.py).
     """
     directory = model_path(directory)
-    config = config or read_config(directory)
-    family = family_of(config)
+    config = read_config(directory) if config is None else config
+    family = family_of(config)  # the one lookup: what follows is given the family
     if use is not None:
         family.supports(use, directory)
     task = task_from_config(config, os.path.join(directory, "config.json")) if config.bertforge_task else None
     build = model or (task.build_model if task is not None else None)
     net = read_model(directory, config, family, build, device, **options)
-    return Loaded(directory, config, family, net.eval(), load_tokenizer(directory, config), task)
+    return Loaded(directory, config, family, net.eval(), load_tokenizer(directory, config, family), task)
 
 
 def load_finetuned(directory: str, device: str | torch.device = "cpu"):
@@ -78,24 +79,26 @@ def read_model(directory: str, config, family: Family, build=None, device: str |
                      os.path.join(directory, "config.json"), device)  # before any memory is taken
     if family.checkpoint:  # a layout of the family's own (MarianMT's); by default its model
         own = resolve(family.checkpoint + ":load_model")
-        return own(lambda c: (build or resolve(family.encoder))(c, **options), directory, device, config)
+        return own(lambda c: (build or resolve(family.encoder))(c, **options), directory, device, config=config)
     if family.native:  # bertforge's own layout; by default the model pretraining saved
         build = build or resolve(family.objectives[0].build)
         return native.load_model(lambda c: build(c, **options), directory, device, config)
     return load_pretrained(directory, cls=build, device=device, config=config, **options)
 
 
-def load_tokenizer(directory: str, config=None):
+def load_tokenizer(directory: str, config=None, family: Family | None = None):
     """The tokenizer saved with a model: sub-word (HF files), or a word vocabulary (`words.json`) for
-    the families that read words (so that its absence is said as such)."""
-    config = config or read_config(directory)
-    if family_of(config).tokenizer:  # a vocabulary of the family's own (translation's)
-        tokenizer = resolve(family_of(config).tokenizer).from_pretrained(directory)
+    the families that read words (so that its absence is said as such). `config` and `family`: the
+    directory's, when the caller has them already."""
+    config = read_config(directory) if config is None else config
+    family = family_of(config) if family is None else family
+    if family.tokenizer:  # a vocabulary of the family's own (translation's)
+        tokenizer = resolve(family.tokenizer).from_pretrained(directory)
         check_vocabulary(tokenizer, config, directory)
         return tokenizer
-    if family_of(config).vocab_kind == "words":
-        native.check_words(directory, config)
-        return WordVocab.from_pretrained(directory)
+    if family.vocab_kind == "words":  # checked against the model's size as it is read; absent, said so
+        vocab = native.check_words(directory, config)
+        return vocab if vocab is not None else WordVocab.from_pretrained(directory)
     return Tokenizer.from_pretrained(directory)
 
 

@@ -22,8 +22,9 @@ from torch import nn
 from .atomic import atomic_path, remove_leftovers
 from .errors import BertforgeError
 from .families import family_of
-from .formats.hf import has_masked_lm_head, load_pretrained, read_config
-from .load import load_finetuned
+from .checkpoint import read_config
+from .formats.hf import has_masked_lm_head, load_pretrained
+from .load import load
 from .paths import check_apart
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -49,23 +50,24 @@ class Exportable(nn.Module):
         return tuple(logits) if isinstance(logits, tuple) else (logits,)
 
 
-def exportable(directory: str) -> tuple[Exportable, list[str], str]:
+def exportable(directory: str, config=None) -> tuple[Exportable, list[str], str]:
     """The model in `directory` wrapped for export, its output names, and its task family (or
-    "encoder" / "pretraining")."""
-    config = read_config(directory)
+    "encoder" / "pretraining"). `config`: the directory's, when the caller has read it already."""
+    config = read_config(directory) if config is None else config
     family_of(config).supports("onnx", directory)
     if config.bertforge_task:
-        model, task, _ = load_finetuned(directory)
+        loaded = load(directory, config=config)
+        model, task = loaded.model, loaded.task
         names = ["start_logits", "end_logits"] if task.family == "qa" else ["logits"]
         return Exportable(model, task.family).eval(), names, task.family
     if has_masked_lm_head(config):
         from .models.objectives import BertPretraining
 
         sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None
-        model = load_pretrained(directory, cls=BertPretraining, sentence=sentence)
+        model = load_pretrained(directory, cls=BertPretraining, config=config, sentence=sentence)
         names = ["logits"] + (["seq_relationship_logits"] if sentence else [])
         return Exportable(model, "pretraining").eval(), names, "pretraining"
-    model = load_pretrained(directory)
+    model = load_pretrained(directory, config=config)
     names = ["last_hidden_state"] + (["pooler_output"] if model.pooler is not None else [])
     return Exportable(model, "encoder").eval(), names, "encoder"
 
@@ -99,15 +101,15 @@ def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -
     folder `out` (see `export_translation`)."""
     _need_onnx()
     check_apart(out, directory)
-    if "translate" in family_of(read_config(directory)).uses:
+    config = read_config(directory)
+    if "translate" in family_of(config).uses:
         from .onnx_translation import export_translation
 
         return export_translation(directory, out, opset, check)
     if not out.endswith(".onnx"):
         raise BertforgeError(f"{out}: the ONNX file's name must end in .onnx")
     check_apart(out, directory)
-    wrapper, names, family = exportable(directory)
-    config = read_config(directory)
+    wrapper, names, family = exportable(directory, config)
     choices = 2 if family == "multiple-choice" else None
     example = sample_inputs(config.vocab_size, choices)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=config.max_length)

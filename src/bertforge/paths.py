@@ -5,6 +5,7 @@ index cannot make us read `/etc/...` or a file beside it)."""
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import os
@@ -27,14 +28,24 @@ def _holds(folder: str, path: str) -> bool:
     return os.path.commonpath([folder, path]) == folder
 
 
-def _read_where(given: str) -> str:
-    """What an input names on disk: itself, or for a glob pattern that names nothing as written
-    (`corpus/*.txt`) the folder it searches, since whatever is written there may match it."""
+def _read_where(given: str) -> str | None:
+    """What an input names on disk: itself; for a recursive glob (`corpus/**/*.txt`) the folder it
+    searches, since whatever is written anywhere under it may match; None for another pattern
+    (`corpus/*.txt`), which only the paths it matches stand for (`_matches`)."""
     if os.path.exists(given) or not glob.has_magic(given):
         return given
+    if "**" not in given:
+        return None
     parts = given.split(os.sep)
     static = next(i for i, part in enumerate(parts) if glob.has_magic(part))
     return os.sep.join(parts[:static]) or os.curdir
+
+
+def _matches(pattern: str, path: str) -> bool:
+    """Whether the non-recursive glob `pattern` matches `path`, part by part (a `*` never crosses a `/`)."""
+    wanted = os.path.abspath(pattern).split(os.sep)
+    parts = os.path.abspath(path).split(os.sep)
+    return len(wanted) == len(parts) and all(fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted))
 
 
 def check_apart(output: str | None, *inputs) -> None:
@@ -46,6 +57,11 @@ def check_apart(output: str | None, *inputs) -> None:
         return
     for given in _flat(inputs):
         where = _read_where(given)
+        if where is None:  # a pattern: refused only where the output is one of the files it reads
+            if _matches(given, output):
+                raise BertforgeError(f"{output}: matches the input pattern {given}; the next run would read it "
+                                     "(name another output)")
+            continue
         if _same(output, where):
             raise BertforgeError(f"{output}: is the input {given}; writing it would replace what is read "
                                  "(name another output)")

@@ -13,7 +13,7 @@ import re
 import torch
 
 from .errors import BertforgeError
-from .finetune import label_names_of
+from .checkpoint import label_names_of
 from .load import load_finetuned
 from .quantize import for_inference
 

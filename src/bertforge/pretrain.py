@@ -6,17 +6,20 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
 
 from .atomic import atomic_directory
 from .checks import check_options
+from .data.held_out import check_resumable
 from .data.batches import MaskingOptions, PretrainingData
 from .data.corpus import corpus_sentences, find_files
 from .data.shards import build_shards, shard_key
 from .errors import BertforgeError
-from .formats.hf import head_keys, load_into, parts, read_config, read_weights
+from .checkpoint import read_config
+from .formats.hf import head_keys, load_into, parts, read_weights
 from .models.bert import Dropout
 from .paths import check_apart
 from .families import FAMILIES, Family, Objective, resolve
@@ -90,6 +93,10 @@ def pretrain(corpus, out: str, *, objective: str = "bert", preset: str | None = 
     check_options(given, "pretrain")
     check_reporters(report_to)  # a tracker's missing package, before any work
     _check_budget_and_options(given, options, masking)
+    if options is not None and (options.lr, options.warmup, tuple(options.betas)) == DEFAULT_RATES:
+        warnings.warn("options=TrainOptions(...) is taken as given: its defaults lr 1e-4, 1% warm-up and beta2 0.999 "
+                      "are BERT's 2018 settings, which learn little in a small budget; the command line's recipe "
+                      "comes with keywords instead: pretrain(corpus, out, max_minutes=..., preset=...)", stacklevel=3)
     # The options as given, saved for `--config` to replay: when every setting is one an option can say.
     replayable = options is None and not isinstance(masking, MaskingOptions) and not model_overrides
     command_line = run_arguments("pretrain", given) if replayable else None
@@ -107,6 +114,8 @@ def pretrain(corpus, out: str, *, objective: str = "bert", preset: str | None = 
                      model_overrides=model_overrides, command_line=command_line)
 
 
+# TrainOptions' own rates, which a TrainOptions built without them keeps (see `pretrain`'s warning).
+DEFAULT_RATES = (TrainOptions.lr, TrainOptions.warmup, TrainOptions.betas)
 # The keywords of `pretrain` that are not options of the command.
 PYTHON_ONLY = ("options", "model_overrides")
 # The options of the recurrent objectives alone (see `_pretrain_recurrent`).
@@ -410,6 +419,7 @@ def _resume_tokenizer(out: str, tokenizer: str | None, run_config: dict, saved: 
     """The tokenizer saved with the latest checkpoint, after checking the run's data settings
     (`run_config`) against those it was saved with (`saved`)."""
     latest = latest_checkpoint(out)
+    check_resumable(out, saved)
     # A key a run did not record (made by an older version) had the value of the old default.
     changed = [f"{k} ({saved.get(k)!r} then, {run_config[k]!r} now)" for k in RESUME_KEYS
                if k in saved and saved[k] != run_config[k]]

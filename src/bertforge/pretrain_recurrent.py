@@ -14,13 +14,16 @@ hidden state carried between batches is part of a checkpoint.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
 import torch
 
+from .checkpoint import read_config
 from .checks import check
 from .config import AWDLSTMConfig, awd_lstm_preset, elmo_preset
+from .data.held_out import check_resumable
 from .data.corpus import FileReport, find_files, read_units, split_sentences
 from .data.streams import LMStreams, read_documents
 from .data.words import BOS_WORD, EOS_WORD, WordVocab, word_characters
@@ -128,7 +131,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
                   "text_field": text_field, "eval_fraction": eval_fraction, "seed": options.seed,
                   "backwards": backwards, "dropout_scale": dropout_scale, "ar": ar, "tar": tar,
                   "sampled_softmax": sampled_softmax}
-    start = native.read_config(init) if init else None
+    start = native.check_native(read_config(init), init) if init else None
     if start is not None and backwards != start.backwards:
         raise BertforgeError(f"{init}: a {'backward' if start.backwards else 'forward'} model; "
                              f"{'add' if start.backwards else 'drop'} --backwards")
@@ -169,7 +172,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         sampled = SAMPLED_WORDS if sampled_softmax is None and vocab.vocab_size > 4 * SAMPLED_WORDS else sampled_softmax
         model = RecurrentLMPretraining(config, ar, tar, sampled or None)
         if start is not None and not resume:
-            match_vocabulary(model, init, vocab)
+            match_vocabulary(model, init, vocab, start)
     facts = {"model": config.to_dict(), "sampled_words": model.sampled, **data.split_facts(), "words": vocab.vocab_size,
              "train_words": int(sum(len(d) for d in data.train_documents))}
     return train(model, data, options, vocab, {**(command_line or {}), **run_config, **facts}, resume)
@@ -234,13 +237,15 @@ def elmo_documents(files: list[str], vocab: WordVocab, max_characters: int, layo
     return documents, batch_inputs
 
 
-def match_vocabulary(model: RecurrentLMPretraining, init: str, vocab: WordVocab) -> int:
-    """Load the language model in `init` into `model`, whose vocabulary `vocab` was learned on new
-    text: every other weight as it is, each embedding row (and decoder bias) by word, and the words
-    `init` never saw at the mean of its rows. Returns how many words were new."""
+def match_vocabulary(model: RecurrentLMPretraining, init: str, vocab: WordVocab, config=None) -> int:
+    """Load the language model in `init` (whose config is `config`, when already read) into `model`,
+    whose vocabulary `vocab` was learned on new text: every other weight as it is, each embedding row
+    (and decoder bias) by word, and the words `init` never saw at the mean of its rows. Returns how
+    many words were new."""
     old_vocab = WordVocab.from_pretrained(init)
-    old = RecurrentLMPretraining(native.read_config(init))
-    native.load(old, init)
+    config = native.check_native(read_config(init), init) if config is None else config
+    old = RecurrentLMPretraining(config)
+    native.load(old, init, config)
     state = {k: v for k, v in old.state_dict().items() if k not in (EMBEDDINGS, "decoder.weight", "decoder.bias")}
     old_rows = old.backbone.embeddings.weight.detach()
     rows = old_rows.mean(0).repeat(vocab.vocab_size, 1)  # (V_new, E)
@@ -264,4 +269,6 @@ def _resume_vocabulary(out: str, run_config: dict) -> WordVocab:
     if latest is None:
         raise BertforgeError(f"{out}: no checkpoint to resume from")
     check_same_settings(out, run_config)
+    with open(os.path.join(out, "run_config.json"), encoding="utf-8") as f:
+        check_resumable(out, json.load(f))
     return WordVocab.from_pretrained(latest)

@@ -17,6 +17,7 @@ import os
 import torch
 
 from .card import write_card
+from .checkpoint import read_config
 from .checks import check_options
 from .data.cove_vocab import CoveTokenizer, check_coverage, describe_coverage
 from .data.parallel import TokenBatches, TranslationTokenizer, encode_pairs, parallel_files, read_parallel
@@ -235,12 +236,10 @@ def _fitting(pairs, tokenizer, max_length: int) -> list[tuple[str, str]]:
 def _init_config(init: str, family, preset: str | None, new_layout: bool):
     """The config of the model directory `init` to fine-tune: a translation Transformer's, whose size
     and vocabulary the run keeps."""
-    from .families import load_config
-
     if preset is not None or new_layout:
         raise BertforgeError("--init fine-tunes a model as it is: --preset, --pre-ln and --untie-output do not go "
                              "with it")
-    config = load_config(init)
+    config = read_config(init)
     if family_of(config).name != family.name:
         raise BertforgeError(f"{init}: a {family_of(config).describe} model; --init reads a {family.describe} "
                              "(a MarianMT directory: ours, or a published OPUS-MT model)")

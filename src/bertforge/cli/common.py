@@ -100,8 +100,9 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def resolve_positionals(args: argparse.Namespace) -> None:
-    """Give the positional aliases' values to their flags: the command line's positional values, in order,
-    fill first the aliases whose flag was not given, then the command's own positionals."""
+    """Give the positional aliases' values to their flags: the command line's positional values fill,
+    in the order the positionals were declared, each alias whose flag was not given and each of the
+    command's own positionals (a list-valued one takes what the singles after it leave)."""
     flags, parser = getattr(args, "_path_flags", None), getattr(args, "_parser", None)
     for name in ("_path_flags", "_parser"):
         if hasattr(args, name):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
+from typing import ClassVar
 
 from ..errors import BertforgeError
 from ..paths import why_missing
@@ -38,12 +40,27 @@ _HF_BOOKKEEPING = {
 }
 
 
+@dataclass(kw_only=True)
 class HFConfig:
     """What every family's config does alike: read itself from a `config.json`'s contents, check the
-    task keys HF writes, and write itself as HF does."""
+    task keys HF writes, and write itself as HF does.
+
+    The task keys of a fine-tuned model are its fields, which every family's config inherits:
+    keyword-only, so that a family's own fields keep their places, and written last in
+    `config.json` (`TASK_KEYS`), after the family's own keys."""
+
+    # Fine-tuned models: HF's own keys for the head, so `AutoModelFor...` rebuilds it ...
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    problem_type: str | None = None  # "single_label_classification" or "regression"
+    finetuning_task: str | None = None  # e.g. "sst2", "ner", "qa"
+    # ... and ours: how the task reads its input (columns, label scheme, lengths), for `predict`.
+    bertforge_task: dict | None = None
 
     # Keys read and ignored beside HF's bookkeeping (a family's own bookkeeping, older spellings).
-    IGNORED_KEYS: frozenset = frozenset()
+    IGNORED_KEYS: ClassVar[frozenset] = frozenset()
+    # The last keys of `config.json`, in this order (a family may place one of its own among them).
+    TASK_KEYS: ClassVar[tuple] = ("id2label", "label2id", "problem_type", "finetuning_task", "bertforge_task")
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "config"):
@@ -112,8 +129,10 @@ class HFConfig:
         return len(self.id2label) if self.id2label else 2
 
     def to_dict(self) -> dict:
-        """The config as HF writes it; optional task fields appear only when set."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """The config as HF writes it: the family's keys, then the task keys; optional fields appear only when set."""
+        values = dataclasses.asdict(self)
+        ordered = [k for k in values if k not in self.TASK_KEYS] + list(self.TASK_KEYS)
+        return {k: values[k] for k in ordered if values[k] is not None}
 
     def hf_dict(self) -> dict:
         """What `config.json` holds: `to_dict`, unless a family spells a key otherwise in HF."""

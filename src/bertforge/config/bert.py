@@ -16,6 +16,26 @@ from .base import _HF_BOOKKEEPING, ACTIVATIONS, HFConfig, _check, _is_number, _r
 # RoFormer (Su et al., 2021) has no position table and rotates queries and keys by position instead.
 MODEL_TYPES = ("bert", "albert", "roberta", "electra", "roformer")
 
+# What each of them varies, as flags of the config that the model reads (it never tests a name):
+# `positions` "absolute" (a learned table) or "rotary" (RoFormer); `positions_from_pad`: positions
+# count from pad_token_id + 1 (RoBERTa, fairseq's numbering); `always_project`: embeddings are
+# projected to the hidden size even when as wide (ALBERT, as HF does; the others only when narrower);
+# `pooler_act` and `mlm_act`: the pooler's and the MLM head's non-linearity ("hidden_act": the
+# config's). ELECTRA's sentence classifier, which its pooler stands for, applies GELU where BERT's
+# pooler has tanh, and RoFormer's applies hidden_act; RoBERTa's and ELECTRA's MLM heads always GELU.
+VARIANTS = {
+    "bert": dict(positions="absolute", positions_from_pad=False, always_project=False, pooler_act="tanh",
+                 mlm_act="hidden_act"),
+    "albert": dict(positions="absolute", positions_from_pad=False, always_project=True, pooler_act="tanh",
+                   mlm_act="hidden_act"),
+    "roberta": dict(positions="absolute", positions_from_pad=True, always_project=False, pooler_act="tanh",
+                    mlm_act="gelu"),
+    "electra": dict(positions="absolute", positions_from_pad=False, always_project=False, pooler_act="gelu",
+                    mlm_act="gelu"),
+    "roformer": dict(positions="rotary", positions_from_pad=False, always_project=False, pooler_act="hidden_act",
+                     mlm_act="hidden_act"),
+}
+
 
 @dataclass
 class BertConfig(HFConfig):
@@ -45,14 +65,10 @@ class BertConfig(HFConfig):
     inner_group_num: int | None = None  # ALBERT: layers per group; only 1 is supported, as released
     rotary_value: bool | None = None  # RoFormer: rotate values too; only False, as released
     architectures: list[str] = field(default_factory=lambda: ["BertModel"])
-    # Fine-tuned models: HF's own keys for the head, so `AutoModelFor...` rebuilds it ...
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None  # "single_label_classification" or "regression"
-    classifier_dropout: float | None = None  # None: hidden_dropout_prob, as HF
-    finetuning_task: str | None = None  # e.g. "sst2", "ner", "qa"
-    # ... and ours: how the task reads its input (columns, label scheme, lengths), for `predict`.
-    bertforge_task: dict | None = None
+    classifier_dropout: float | None = None  # a fine-tuned model's head; None: hidden_dropout_prob, as HF
+
+    # BERT's config.json has always written the head's dropout among the task keys
+    TASK_KEYS = ("id2label", "label2id", "problem_type", "classifier_dropout", "finetuning_task", "bertforge_task")
 
     def __post_init__(self) -> None:
         self._check_ranges(counts=("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -77,7 +93,7 @@ class BertConfig(HFConfig):
         else:
             for name in ("num_hidden_groups", "inner_group_num"):
                 _check(getattr(self, name) is None, name, "unset outside ALBERT", getattr(self, name))
-        if self.model_type == "roformer":
+        if self.positions == "rotary":
             self.rotary_value = bool(self.rotary_value)
             _check(not self.rotary_value, "rotary_value", "false (rotary queries and keys only)", self.rotary_value)
             _check(self.head_size % 2 == 0, "num_attention_heads", "a count giving an even head size (rotary pairs)",
@@ -93,7 +109,7 @@ class BertConfig(HFConfig):
         if self.embedding_size is not None:
             _check(isinstance(self.embedding_size, int) and self.embedding_size > 0, "embedding_size",
                    "a positive integer", self.embedding_size)
-        if self.model_type == "roberta":
+        if self.positions_from_pad:
             # Positions run from pad_token_id + 1, so the table needs that many more rows.
             _check(self.max_position_embeddings > self.pad_token_id + 1, "max_position_embeddings",
                    f"more than pad_token_id + 1 = {self.pad_token_id + 1} (RoBERTa's position offset)",
@@ -119,15 +135,38 @@ class BertConfig(HFConfig):
     token_types = True
     score_bias = True
 
+    # The variant's flags (`VARIANTS`), read from its model_type.
     @property
     def positions(self) -> str:
         """RoFormer's rotary positions, or BERT's learned table."""
-        return "rotary" if self.model_type == "roformer" else "absolute"
+        return VARIANTS[self.model_type]["positions"]
+
+    @property
+    def positions_from_pad(self) -> bool:
+        """Positions count from pad_token_id + 1, padding staying at pad_token_id (RoBERTa)."""
+        return VARIANTS[self.model_type]["positions_from_pad"]
+
+    @property
+    def always_project(self) -> bool:
+        """Embeddings are projected to the hidden size even when as wide (ALBERT)."""
+        return VARIANTS[self.model_type]["always_project"]
+
+    @property
+    def pooler_act(self) -> str:
+        """The pooler's non-linearity: "tanh" or one of `ACTIVATIONS`."""
+        act = VARIANTS[self.model_type]["pooler_act"]
+        return self.hidden_act if act == "hidden_act" else act
+
+    @property
+    def mlm_act(self) -> str:
+        """The masked-LM head's non-linearity, one of `ACTIVATIONS`."""
+        act = VARIANTS[self.model_type]["mlm_act"]
+        return self.hidden_act if act == "hidden_act" else act
 
     @property
     def max_length(self) -> int:
         """The longest input the position table allows (RoBERTa's offset costs pad_token_id + 1 rows)."""
-        if self.model_type == "roberta":
+        if self.positions_from_pad:
             return self.max_position_embeddings - self.pad_token_id - 1
         return self.max_position_embeddings
 

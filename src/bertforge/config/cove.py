@@ -45,11 +45,6 @@ class CoveConfig(HFConfig):
     decoder_start_token_id: int | None = None  # None: the pad id
     model_type: str = "cove"
     architectures: list[str] = field(default_factory=lambda: ["CoveTranslator"])
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None
-    finetuning_task: str | None = None
-    bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
         self._check_ranges(counts=("source_vocab_size", "vocab_size", "word_dim", "encoder_hidden", "encoder_layers",

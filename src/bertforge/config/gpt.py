@@ -57,11 +57,6 @@ class GPTConfig(HFConfig):
     rotary_emb_base: float | None = None  # gpt_neox: theta of the angles (10,000 unless given)
     model_type: str = "openai-gpt"
     architectures: list[str] = field(default_factory=lambda: ["OpenAIGPTModel"])
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None
-    finetuning_task: str | None = None
-    bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
         self._check_ranges(counts=("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"),

@@ -64,11 +64,6 @@ class MarianConfig(HFConfig):
     forced_eos_token_id: int | None = None
     model_type: str = "marian"
     architectures: list[str] = field(default_factory=lambda: ["MarianMTModel"])
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None
-    finetuning_task: str | None = None
-    bertforge_task: dict | None = None
 
     # Keys HF's MarianConfig writes that do not change the maths of a model we build.
     IGNORED_KEYS = frozenset({"encoder_layerdrop", "decoder_layerdrop", "num_hidden_layers", "classifier_dropout",

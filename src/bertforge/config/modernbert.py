@@ -59,11 +59,6 @@ class ModernBertConfig(HFConfig):
     tie_word_embeddings: bool = True
     model_type: str = "modernbert"
     architectures: list[str] = field(default_factory=lambda: ["ModernBertModel"])
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None
-    finetuning_task: str | None = None
-    bertforge_task: dict | None = None
 
     IGNORED_KEYS = frozenset({"deterministic_flash_attn", "sparse_prediction", "sparse_pred_ignore_index",
                               "reference_compile", "repad_logits_with_grad", "norm_bias_enabled"})

@@ -37,11 +37,6 @@ class AWDLSTMConfig(HFConfig):
     classifier_dropout: float | None = None  # a classifier's first dropout (None: output_p)
     model_type: str = "awd-lstm"
     architectures: list[str] = field(default_factory=lambda: ["AWDLSTMLanguageModel"])
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None
-    finetuning_task: str | None = None
-    bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
         self._check_ranges(counts=("vocab_size", "emb_sz", "n_hid", "n_layers"),
@@ -100,11 +95,6 @@ class ELMoConfig(HFConfig):
     pad_token_id: int = 1
     model_type: str = "elmo"
     architectures: list[str] = field(default_factory=lambda: ["ELMoLanguageModel"])
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None
-    finetuning_task: str | None = None
-    bertforge_task: dict | None = None
 
     def __post_init__(self) -> None:
         self._check_ranges(counts=("vocab_size", "max_characters_per_token", "char_embedding_dim", "projection_dim",

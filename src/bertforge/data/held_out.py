@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import BertforgeError
+
 LEAST_FALLBACK = 0.2  # the most of a tiny corpus's text held out when its share is less than a sentence
 LEAST_SPAN = 128  # units (tokens, words) a held-out end is long enough at to be read in context: BERT's sequence
 
@@ -93,7 +95,7 @@ def hold_out(sizes: np.ndarray, eval_fraction: float, seed: int,
     be cut (sentence starts), ascending, from 0 to its size.
 
     Whole documents when a seeded draw of them comes to the share (`_whole_documents`: at least two,
-    at most three times the share); else the ends of documents, error-diffused over the documents in
+    at most 2.5 times the share: 5% at the default 2%); else the ends of documents, error-diffused over the documents in
     order so that the total comes to the share even when each document is only a few sentences long
     (then some documents give an end, of at least a quarter of the share or `LEAST_SPAN`, and the
     others none).
@@ -151,7 +153,7 @@ def _last_sentences(sizes: np.ndarray, boundaries: Callable[[int], np.ndarray]) 
 def _whole_documents(sizes: np.ndarray, target: float, seed: int) -> np.ndarray | None:
     """A seeded draw of whole documents whose sizes add up to the target (as close as whole
     documents come): at least two (with one, every held-out NSP negative would come from the same
-    document), at most three times the target in all, leaving at least two to train on; None where
+    document), at most 2.5 times the target in all, leaving at least two to train on; None where
     the documents are too few or too long for that."""
     order = np.random.default_rng([seed, 7]).permutation(len(sizes))
     small = order[(sizes[order] > 0) & (sizes[order] <= 1.5 * target)]
@@ -162,6 +164,16 @@ def _whole_documents(sizes: np.ndarray, target: float, seed: int) -> np.ndarray 
     if k > 2 and target - totals[k - 2] < totals[k - 1] - target:
         k -= 1  # one fewer is closer
     k = max(k, 2)
-    if totals[k - 1] > 3 * target or len(sizes) - k < 2:
+    if totals[k - 1] > 2.5 * target or len(sizes) - k < 2:
         return None
     return small[:k]
+
+
+def check_resumable(out: str, saved: dict) -> None:
+    """Refuse to resume a run made before this split (its run_config.json has no `held_out`) that
+    held text out: it held out whole documents only, and the split here would move text between its
+    training and its evaluation, so it would no longer continue as it began."""
+    if "held_out" not in saved and saved.get("eval_fraction", 0.02) and saved.get("eval_documents"):
+        raise BertforgeError(f"{out}: a run made before held-out text was cut inside documents (it held out "
+                             f"{saved['eval_documents']} whole document(s)); resumed here it would train on other "
+                             "text: start a new run (or resume it with the bertforge that began it)")

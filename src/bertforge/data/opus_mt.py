@@ -296,4 +296,8 @@ def _read_vocab(path: str) -> dict[str, int]:
         raise BertforgeError(f"{path}: the id of {bad!r} is {vocab[bad]!r}, not an id (a non-negative integer)")
     if len(set(vocab.values())) != len(vocab):
         raise BertforgeError(f"{path}: two pieces share an id")
+    if vocab and max(vocab.values()) >= len(vocab):  # the ids are the embedding's rows: 0 to N-1, no gaps
+        piece = max(vocab, key=vocab.get)
+        raise BertforgeError(f"{path}: the id of {piece!r} is {vocab[piece]:,}, past its {len(vocab):,} pieces (ids "
+                             "run from 0 without gaps)")
     return vocab

@@ -7,14 +7,11 @@ tests a family's name. A family defined elsewhere (a test's, a user's) joins wit
 
 from __future__ import annotations
 
-import os
-
-from ..config.base import _read_json
 from ..errors import BertforgeError
 from . import awd_lstm, bert, cove, elmo, gpt, marian, modernbert
 from .base import USES, Family, Objective, resolve
 
-__all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "family_of", "load_config", "objective",
+__all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "family_of", "objective",
            "objective_names", "register", "resolve", "unregister"]
 
 FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.FAMILY, elmo.FAMILY, marian.FAMILY,
@@ -69,11 +66,4 @@ def config_from_dict(data: dict, source: str = "config"):
     except BertforgeError as e:
         raise BertforgeError(f"{source}: {e}") from None
     return family.config.from_dict(data, source)
-
-
-def load_config(path: str):
-    """Read a `config.json` (a file, or a directory holding one) of any registered family."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-    return config_from_dict(_read_json(path), source=path)
 

@@ -210,13 +210,14 @@ def read_vocab(path: str) -> tuple[list[str], list[int]]:
 def export_allennlp(model_dir: str, out: str) -> dict:
     """Write the ELMo checkpoint in `model_dir` as `out`/options.json, weights.hdf5 and vocab.txt."""
     from ..atomic import atomic_directory, check_space, remove_leftovers
+    from ..checkpoint import read_config
     from ..data.words import WordVocab
     from ..models.elmo import ELMoLanguageModel
     from . import native
 
     check_apart(out, model_dir)
     _h5py()  # before the work, when it is missing
-    config = native.read_config(model_dir)
+    config = native.check_native(read_config(model_dir), model_dir)
     if config.model_type != "elmo":
         raise BertforgeError(f"{model_dir}: a {config.model_type} checkpoint; AllenNLP's format holds ELMo models")
     if config.architectures != ["ELMoLanguageModel"]:
@@ -225,7 +226,7 @@ def export_allennlp(model_dir: str, out: str) -> dict:
     if config.max_characters_per_token != ALLENNLP_CHARACTERS:
         raise BertforgeError(f"{model_dir}: reads {config.max_characters_per_token} characters per word; AllenNLP's "
                              f"character mapper always gives {ALLENNLP_CHARACTERS}")
-    model = native.load_model(ELMoLanguageModel, model_dir)
+    model = native.load_model(ELMoLanguageModel, model_dir, config=config)
     vocab = WordVocab.from_pretrained(model_dir)
     words = config.vocab_size - 2  # the file has no padding word or field mark
     arrays = file_arrays(model.state_dict(), config)

@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 from ..errors import BertforgeError
-from ..families import load_config
 from .tensors import check_finite, load_state, read_pickled, read_safetensors
 
 WEIGHTS = "model.safetensors"
@@ -63,9 +62,9 @@ def load(part: nn.Module, directory: str) -> None:
     load_state(model, stored, path, unexpected, allowed_missing=set(), quiet=set())
 
 
-def load_model(build, directory: str, device="cpu", config=None) -> nn.Module:
-    """`build(config)` loaded with the weights of `directory`."""
-    model = build(config or load_config(directory))
+def load_model(build, directory: str, device="cpu", *, config) -> nn.Module:
+    """`build(config)` loaded with the weights of `directory`, whose config (`checkpoint.read_config`) it is."""
+    model = build(config)
     load(model, directory)
     return model.to(device)
 

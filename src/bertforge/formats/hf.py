@@ -17,13 +17,14 @@ import torch
 from torch import nn
 
 from ..atomic import atomic_directory
+from ..checkpoint import read_config
 from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig
 from ..config.base import _read_json
-from ..families import family_of, load_config
+from ..families import family_of
 from ..errors import BertforgeError
 from ..models import ENCODERS, encoder
 from ..models.rotary import rotary_tables
-from ..paths import inside, why_missing
+from ..paths import inside
 from . import native
 from .tensors import check_finite, load_state, read_pickled, read_safetensors
 
@@ -354,12 +355,6 @@ def has_masked_lm_head(config) -> bool:
                for a in config.architectures or ())
 
 
-def read_config(directory: str) -> BertConfig | ModernBertConfig:
-    if not os.path.isdir(directory):
-        raise BertforgeError(f"{directory}: {why_missing(directory, 'directory')}")
-    return load_config(os.path.join(directory, "config.json"))
-
-
 def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, torch.Tensor], str]:
     """All tensors of a checkpoint directory under names relative to the encoder (`BertModel`'s,
     `AlbertModel`'s, ...): the family's prefix is stripped.
@@ -525,7 +520,7 @@ def load_parts(model: nn.Module, directory: str) -> None:
         if own is not None:
             own.load(part, _join(directory, sub))
         elif native.is_native(part):
-            native.load(part, _join(directory, sub))
+            native.load(part, _join(directory, sub), read_config(_join(directory, sub)))
         else:
             load_into(part, _join(directory, sub))
 

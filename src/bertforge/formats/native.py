@@ -16,7 +16,8 @@ import os
 import torch
 from torch import nn
 
-from ..families import family_of, load_config
+from ..checkpoint import read_config
+from ..families import family_of
 from ..errors import BertforgeError
 from .tensors import check_finite, load_state, read_safetensors
 
@@ -67,24 +68,27 @@ def write(model: nn.Module, directory: str, tokenizer=None) -> None:
         tokenizer.save_pretrained(directory)
 
 
-def check_words(directory: str, config) -> None:
+def check_words(directory: str, config):
     """A word vocabulary of another size than the model's softmax and embeddings would index past
-    them, or leave rows that mean nothing: refused, naming the file."""
+    them, or leave rows that mean nothing: refused, naming the file. Returns the vocabulary read
+    (None where the directory has none), so that a caller reads it once."""
     path = os.path.join(directory, "words.json")
     if not os.path.exists(path):
-        return
+        return None
     from ..data.words import WordVocab
 
-    size = WordVocab.from_pretrained(directory).vocab_size
-    if size != config.vocab_size:
-        raise BertforgeError(f"{path}: {size:,} words, but {os.path.join(directory, 'config.json')} has "
+    vocab = WordVocab.from_pretrained(directory)
+    if vocab.vocab_size != config.vocab_size:
+        raise BertforgeError(f"{path}: {vocab.vocab_size:,} words, but {os.path.join(directory, 'config.json')} has "
                              f"vocab_size={config.vocab_size:,}; the vocabulary does not belong to this model")
+    return vocab
 
 
-def load(model: nn.Module, directory: str) -> None:
+def load(model: nn.Module, directory: str, config) -> None:
     """Copy the weights written by `write` into `model`, naming every missing, unexpected or
-    mis-shaped tensor."""
-    check_words(directory, read_config(directory))
+    mis-shaped tensor. `config`: the directory's (`checkpoint.read_config`), whose vocabulary size
+    its words must have."""
+    check_words(directory, config)
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
@@ -96,10 +100,10 @@ def load(model: nn.Module, directory: str) -> None:
     load_state(model, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
 
 
-def load_encoder(model: nn.Module, directory: str) -> None:
-    """Only the encoder's weights (`bert.` in the file) of the model in `directory` into
-    `model.backbone`: a new task starts from a language model with a fresh head."""
-    check_words(directory, read_config(directory))
+def load_encoder(model: nn.Module, directory: str, config) -> None:
+    """Only the encoder's weights (`bert.` in the file) of the model in `directory` (whose config is
+    `config`) into `model.backbone`: a new task starts from a language model with a fresh head."""
+    check_words(directory, config)
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
@@ -123,8 +127,8 @@ def parameter_count(directory: str) -> int:
         raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
 
 
-def read_config(directory: str):
-    config = load_config(directory)
+def check_native(config, directory: str):
+    """`config` (read by `checkpoint.read_config`), refused when its checkpoint is not in this format."""
     if not family_of(config).native:
         raise BertforgeError(f"{directory}: a {config.model_type} checkpoint, which is saved in transformers' format")
     return config
@@ -133,6 +137,7 @@ def read_config(directory: str):
 def load_model(build, directory: str, device: str | torch.device = "cpu", config=None) -> nn.Module:
     """`build(config)` (a model class, or a task's builder) from the directory's config (`config`
     when already read), loaded with its weights."""
-    model = build(config or read_config(directory))
-    load(model, directory)
+    config = read_config(directory) if config is None else config
+    model = build(config)
+    load(model, directory, config)
     return model.to(device)

@@ -5,7 +5,8 @@ embeddings (token + position + segment, LayerNorm, dropout) -> N post-LayerNorm 
 formats live elsewhere. Shapes: B batch, T tokens, H hidden, N heads, D head size (H = N * D),
 E embedding width (= H except in ALBERT and ELECTRA).
 
-The descendants differ from BERT in a few places, each marked where it happens: ALBERT and
+The descendants differ from BERT in a few places, each a flag of the config (`config.bert.VARIANTS`,
+read from `model_type`: the model never tests a name) and marked where it happens: ALBERT and
 ELECTRA embed in E < H dimensions and project up; ALBERT applies one set of layer weights to every
 layer; RoBERTa numbers positions from pad_token_id + 1, skipping padding; ELECTRA's pooler uses GELU.
 RoFormer (BERT with rotary position embeddings, Su et al., 2021) has no position table: each layer
@@ -155,7 +156,7 @@ class Embeddings(nn.Module):
         E = config.word_size
         self.word = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
         # RoFormer: no position table; positions enter each layer's attention as rotations.
-        self.position = nn.Embedding(config.max_position_embeddings, E) if config.model_type != "roformer" else None
+        self.position = nn.Embedding(config.max_position_embeddings, E) if config.positions == "absolute" else None
         self.segment = nn.Embedding(config.type_vocab_size, E)
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
@@ -240,10 +241,7 @@ class Pooler(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        if config.model_type == "roformer":
-            self.act = activation(config.hidden_act)
-        else:
-            self.act = nn.GELU() if config.model_type == "electra" else nn.Tanh()
+        self.act = nn.Tanh() if config.pooler_act == "tanh" else activation(config.pooler_act)
 
     def forward(self, hidden):
         return self.act(self.dense(hidden[:, 0]))  # (B, H)
@@ -267,7 +265,7 @@ class Bert(nn.Module):
         self.config = config
         self.embeddings = Embeddings(config)
         # ALBERT always projects E -> H (even when equal, as HF does); ELECTRA only when they differ.
-        needs_projection = config.model_type == "albert" or config.word_size != config.hidden_size
+        needs_projection = config.always_project or config.word_size != config.hidden_size
         self.project = nn.Linear(config.word_size, config.hidden_size) if needs_projection else None
         # ALBERT: `num_hidden_groups` sets of weights shared by consecutive layers (1: one for all).
         distinct = config.num_hidden_groups or config.num_hidden_layers
@@ -302,12 +300,12 @@ class Bert(nn.Module):
         if token_type_ids is None or config.type_vocab_size == 1:
             # One segment type (RoBERTa): pair inputs still read as a single segment.
             token_type_ids = torch.zeros_like(input_ids)
-        if position_ids is None and config.model_type == "roberta":
+        if position_ids is None and config.positions_from_pad:
             # fairseq's numbering: real tokens count up from pad_token_id + 1, padding stays at pad.
             real = (input_ids != config.pad_token_id).long()
             position_ids = real.cumsum(1) * real + config.pad_token_id
         rotary = None
-        if config.model_type == "roformer":
+        if config.positions == "rotary":
             # (T, 1, 1, D) when every row counts 0..T-1, else (B, T, 1, 1, D): broadcast over the
             # query/key and head dimensions of (B, T, 2, N, D).
             given = position_ids if position_ids is not None else torch.arange(T, device=input_ids.device)

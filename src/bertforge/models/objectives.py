@@ -36,8 +36,7 @@ def mlm_head(config: BertConfig | ModernBertConfig) -> MLMHead:
     if isinstance(config, ModernBertConfig):
         return MLMHead(config.hidden_size, config.vocab_size, config.classifier_activation, config.norm_eps,
                        dense_bias=config.classifier_bias, norm_bias=config.norm_bias)
-    act = "gelu" if config.model_type in ("roberta", "electra") else config.hidden_act
-    return MLMHead(config.hidden_size, config.vocab_size, act, config.layer_norm_eps, config.embedding_size)
+    return MLMHead(config.hidden_size, config.vocab_size, config.mlm_act, config.layer_norm_eps, config.embedding_size)
 
 
 class BertPretraining(nn.Module):

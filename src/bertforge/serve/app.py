@@ -238,7 +238,8 @@ class Service:
         if gone in done:
             raise ClientDisconnect()
         raise RequestError(f"the request was not answered within {self.limits.seconds:g} s (bertforge serve "
-                           f"--max-request-seconds) and its work was stopped; send {smaller}", 503)
+                           f"--max-request-seconds) and was given up (a translation stops decoding; another model call "
+                           f"already running ends, and its answer is dropped); send {smaller}", 503)
 
     async def fill_mask(self, request: Request):
         body = await self.body_of(request, "fill-mask")

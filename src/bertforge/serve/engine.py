@@ -21,8 +21,8 @@ import torch
 from ..embed import Embedder
 from ..errors import BertforgeError
 from ..families import family_of
-from ..finetune import label_names_of
-from ..formats.hf import has_masked_lm_head, read_config
+from ..checkpoint import label_names_of, read_config
+from ..formats.hf import has_masked_lm_head
 from ..load import load
 from ..models.bert import Bert
 from ..predictor import answers, example

@@ -84,9 +84,11 @@ class Pace:
 
 
 def due(step: int, total_steps: int) -> bool:
-    """Whether to plan again after `step`: every 1% of the run, and when the plan is done (the
-    budget may buy more)."""
-    return step >= total_steps or step % max(1, total_steps // REPLANS) == 0
+    """Whether to plan again after `step`: at steps 4, 8, 16, ... (a first plan far off, made from
+    passes without the optimizer and the data, is corrected within the first steps), every 1% of the
+    run, and when the plan is done (the budget may buy more)."""
+    early = step > LEAST_MEASURED and step & (step - 1) == 0
+    return early or step >= total_steps or step % max(1, total_steps // REPLANS) == 0
 
 
 def estimate_steps(net, batch: dict, autocast, o, device, world: int, clock=time.perf_counter) -> int:
@@ -111,6 +113,12 @@ def replan(step: int, step_seconds: float, elapsed: float, o, device, world: int
     left = max(0.0, o.max_minutes * 60 - elapsed)
     steps = step + int(left / max(_with_evaluations(step_seconds, o), 1e-9))
     return _agreed(steps, step + 1 if least is None else least, o, device, world)
+
+
+def replanned_warmup(step: int, warmup: int, o, total_steps: int) -> int:
+    """The warm-up of a new plan of `total_steps` at `step`: the plan's share while still warming up;
+    once warm (`step` past `warmup`), the same, so that the rate never goes back to a ramp."""
+    return max(warmup_steps(o, total_steps), step) if step < warmup else warmup
 
 
 def warmup_steps(o, total_steps: int) -> int:

@@ -17,7 +17,8 @@ from ..atomic import atomic_directory
 from ..data.batches import Position
 from ..errors import BertforgeError, TrainingStopped
 from ..paths import check_fingerprint
-from ..formats.hf import load_parts, read_config, write_parts
+from ..checkpoint import read_config
+from ..formats.hf import load_parts, write_parts
 
 STATE_FILE = "trainer_state.pt"
 CHECKPOINT = re.compile(r"^step-(\d+)$")

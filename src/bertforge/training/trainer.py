@@ -33,7 +33,8 @@ from ..formats.hf import check_vocab_fits
 from ..metrics import format_scores
 from ..progress import progress
 from .allocator import reuse_freed_memory
-from .budget import LEAST_MEASURED, Pace, command_started, due, estimate_steps, replan, warmup_steps
+from .budget import (LEAST_MEASURED, Pace, command_started, due, estimate_steps, replan, replanned_warmup,
+                     warmup_steps)
 from .checkpoints import latest_checkpoint, remove_incomplete, restore_checkpoint, save_checkpoint, write_model
 from .device import autocast as precision_autocast
 from .device import choose_precision
@@ -142,6 +143,7 @@ class _Run:
     best: dict = field(default_factory=lambda: {"score": None, "step": None, "stale": 0})
     # this process's
     warmup: int = 0
+    saved_warmup: int | None = None  # a resumed plan's warm-up, as the run had fixed it
     replanning: bool = False  # a minutes budget without a number of steps: planned throughout
     announced: tuple[int, float] = (0, 0.0)  # the plan last printed, and the budget's seconds then
     reporter: object = None
@@ -269,16 +271,17 @@ def _resume(run: _Run, checkpoints: str) -> None:
     run.step, run.position, run.elapsed, run.total_steps, window, saved_best, budget = restore_checkpoint(
         run.model, run.optimizer, checkpoints, run.device, run.scaler)
     run.pace, run.budget_since = Pace(budget.get("pace", ())), budget.get("since", 0.0)
+    run.saved_warmup = budget.get("warmup")
     run.best.update(saved_best or {})
     if o.select and run.best["score"] is not None and abs(run.best["score"]) > 1:
         run.best["score"] /= 100  # checkpointed when task scores were kept in percent; they are fractions now
     _log(run.rank == 0, f"resuming from step {run.step} (epoch {run.position.epoch}, instance {run.position.index})")
     if o.steps and o.steps != run.total_steps:
         _log(run.rank == 0, f"the run planned {run.total_steps} steps; now {o.steps} (the schedule stretches to fit)")
-        run.total_steps = o.steps
+        run.total_steps, run.saved_warmup = o.steps, None
     elif not o.steps and o.max_minutes and run.step >= run.total_steps:  # plan done: a new budget continues it
         _log(run.rank == 0, f"the run's plan of {run.total_steps} steps is done; planning {o.max_minutes} more minutes")
-        run.total_steps, run.budget_since = None, run.elapsed
+        run.total_steps, run.budget_since, run.saved_warmup = None, run.elapsed, None
     # The metrics window is part of the state, so that records after a resume average the same
     # steps as in an uninterrupted run.
     run.sums, run.window_tokens = window if window else (None, 0)
@@ -315,7 +318,7 @@ def _plan(run: _Run) -> None:
         _log(run.rank == 0, f"time budget of {o.max_minutes:g} min: planning {run.total_steps} steps, and again "
                             "as the pace of the steps shows")
     run.replanning = bool(o.max_minutes) and not o.steps
-    run.warmup = warmup_steps(o, run.total_steps)
+    run.warmup = warmup_steps(o, run.total_steps) if run.saved_warmup is None else run.saved_warmup
     run.announced = (run.total_steps, 0.0)
 
 
@@ -341,7 +344,7 @@ def _replan_budget(run: _Run) -> None:
     if planned == run.total_steps:
         return
     run.total_steps = planned
-    run.warmup = warmup_steps(run.o, planned)
+    run.warmup = replanned_warmup(run.step, run.warmup, run.o, planned)
     run.bar.total = planned
     # printed when it moved by a fifth, at most every tenth of the budget (a busy machine's pace varies)
     last, when = run.announced
@@ -461,7 +464,7 @@ def _save(run: _Run) -> None:
     save_checkpoint(run.rank, run.model, run.optimizer, run.tokenizer, os.path.join(run.o.out, "checkpoints"),
                     run.step, run.position, run.clock() - run.start, run.total_steps, run.o.keep,
                     (run.sums, run.window_tokens), run.best, run.scaler,
-                    {"pace": run.pace.state(), "since": run.budget_since})
+                    {"pace": run.pace.state(), "since": run.budget_since, "warmup": run.warmup})
     run.last_saved = run.step
 
 
