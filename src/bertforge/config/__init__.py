@@ -4,7 +4,7 @@
 RoBERTa, ELECTRA and RoFormer (BERT with rotary positions); they differ in the few fields below
 `model_type`. `ModernBertConfig` is ModernBERT's (Warner et al., 2024), `GPTConfig` GPT-1's
 (Radford et al., 2018), `AWDLSTMConfig` and `ELMoConfig` the recurrent models'. Reading any
-`config.json` by its `model_type` is `families.load_config`, which knows every registered family.
+`config.json` by its `model_type` is `checkpoint.read_config`, which asks the family registry.
 
 One module per family: `bert` (with BERT's sizes, which the other Transformer families reuse),
 `modernbert`, `gpt`, `recurrent` (AWD-LSTM and ELMo), over `base` (what they share). Torch-free on
