@@ -1,6 +1,7 @@
 import contextlib
 import json
 import os
+import random
 import re
 
 import numpy as np
@@ -250,3 +251,24 @@ def models(tmp_path_factory):
 GPT_ORDERS = {"openai-gpt": "OpenAIGPT", "gpt2": "GPT2"}
 # ... and GPT-2's order with rotary positions (gpt_neox)
 GPT_CLASSES = {**GPT_ORDERS, "gpt_neox": "GPTNeoX"}
+
+
+def files_of(directory) -> dict:
+    """Every file under `directory` and its bytes (what a refused command must leave as it was)."""
+    out = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), directory)] = f.read()
+    return out
+
+
+def write_reversal_pairs(prefix: str, count: int, seed: int, words, lengths=(2, 5)) -> str:
+    """Line-aligned `prefix.src` / `prefix.tgt`: random sentences of `words` and the same reversed."""
+    rng = random.Random(seed)
+    with open(prefix + ".src", "w", encoding="utf-8") as s, open(prefix + ".tgt", "w", encoding="utf-8") as t:
+        for _ in range(count):
+            sentence = [rng.choice(words) for _ in range(rng.randint(*lengths))]
+            s.write(" ".join(sentence) + "\n")
+            t.write(" ".join(reversed(sentence)) + "\n")
+    return prefix

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import files_of, tiny_config
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.cli import main
@@ -33,16 +33,6 @@ def one_line_error(capsys, *parts: str) -> str:
     for part in parts:
         assert part in err, err
     return err
-
-
-def files_of(directory) -> dict:
-    """Every file under `directory` and its bytes."""
-    out = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as f:
-                out[os.path.relpath(os.path.join(root, name), directory)] = f.read()
-    return out
 
 
 def bert_dir(path, seed=0):

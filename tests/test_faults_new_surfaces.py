@@ -10,11 +10,11 @@ import argparse
 import json
 import math
 import os
-import random
 
 import pytest
 import torch
 
+from conftest import files_of, write_reversal_pairs
 from bertforge import BertforgeError
 from bertforge.cli import build_parser, main
 
@@ -44,23 +44,8 @@ def command_line(command: str, **values) -> list[str]:
     return argv
 
 
-def files_of(directory) -> dict:
-    out = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as f:
-                out[os.path.relpath(os.path.join(root, name), directory)] = f.read()
-    return out
-
-
 def write_pairs(prefix: str, count: int, seed: int) -> str:
-    rng = random.Random(seed)
-    with open(prefix + ".src", "w", encoding="utf-8") as s, open(prefix + ".tgt", "w", encoding="utf-8") as t:
-        for _ in range(count):
-            words = [rng.choice(WORDS) for _ in range(rng.randint(2, 5))]
-            s.write(" ".join(words) + "\n")
-            t.write(" ".join(reversed(words)) + "\n")
-    return prefix
+    return write_reversal_pairs(prefix, count, seed, WORDS)
 
 
 # ---- 1. outputs never over, holding, or inside their inputs ------------------------------------------

@@ -5,12 +5,11 @@ the teacher-forced pass are the greedy translation); the limits give 413s, bad b
 encoder-only endpoints one error naming what the model answers; and the page translates in a
 headless browser, showing the endpoint's cross-attention numbers."""
 
-import random
 import shutil
 
 import pytest
 import torch
-from conftest import serving
+from conftest import serving, write_reversal_pairs
 
 from bertforge import load
 from bertforge.translate import DecodeOptions, translate
@@ -30,12 +29,7 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 
 
 def _write(prefix: str, count: int, seed: int) -> None:
-    rng = random.Random(seed)
-    with open(prefix + ".src", "w", encoding="utf-8") as s, open(prefix + ".tgt", "w", encoding="utf-8") as t:
-        for _ in range(count):
-            words = [rng.choice(WORDS) for _ in range(rng.randint(3, 6))]
-            s.write(" ".join(words) + "\n")
-            t.write(" ".join(reversed(words)) + "\n")
+    write_reversal_pairs(prefix, count, seed, WORDS, lengths=(3, 6))
 
 
 @pytest.fixture(scope="module")
