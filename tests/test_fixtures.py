@@ -79,10 +79,10 @@ def known_families():
     return {t for f in FAMILIES for t in f.model_types} | {o.model_type for f in FAMILIES for o in f.objectives}
 
 
-def known_task_families():
-    from bertforge.tasks import FAMILIES
+def known_task_kinds():
+    from bertforge.tasks import KINDS
 
-    return set(FAMILIES) - {"regression"}  # a classifier with one output: the classification fixtures' code
+    return set(KINDS)  # regression is a classifier with one output: the classification fixtures' code
 
 
 # ---- what each fixture is checked through ------------------------------------------------------
@@ -162,7 +162,7 @@ def measure(name: str, check: str, directory: str, work: str):
         return {"ids": ids, "logits": summary(logits)}
     if check == "predict":
         p = predictor(directory)
-        return p(REQUESTS[p.task.family])
+        return p(REQUESTS[p.task.kind])
     raise ValueError(check)
 
 
@@ -219,8 +219,8 @@ def test_the_fixtures_cover_every_family_and_task():
     # cove: tests/test_cove.py)
     added_since = {"gpt_neox", "marian", "cove"}
     assert known_families() - added_since <= types, f"no fixture of {sorted(known_families() - types)}"
-    tasks = {predictor(os.path.join(HERE, n)).task.family for n, checks in FIXTURES.items() if "predict" in checks}
-    assert known_task_families() <= tasks, f"no fine-tuned fixture for {sorted(known_task_families() - tasks)}"
+    tasks = {predictor(os.path.join(HERE, n)).task.kind for n, checks in FIXTURES.items() if "predict" in checks}
+    assert known_task_kinds() <= tasks, f"no fine-tuned fixture for {sorted(known_task_kinds() - tasks)}"
     with open(EXPECTED, encoding="utf-8") as f:
         recorded = json.load(f)
     assert {n: sorted(c for c in checks if c != "transformers") for n, checks in FIXTURES.items()} == \

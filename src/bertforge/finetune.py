@@ -113,7 +113,7 @@ def finetune(task, train: str, dev: str, model: str, out: str, *, text_column: s
         return task.score(predict_features(task, m, dev_features, None, "evaluating dev", show), dev_features, names,
                           dev_examples)
 
-    run_config = {"task": task.name, "family": task.family, "train": os.path.abspath(train),
+    run_config = {"task": task.name, "family": task.kind, "train": os.path.abspath(train),
                   "dev": os.path.abspath(dev), "model": os.path.abspath(model), "epochs": epochs,
                   "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
                   "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight,
@@ -132,7 +132,7 @@ def _base_config(model: str, task, features: str | None, cove: str | None):
     dropouts, the CoVe features its task network reads), and its family, checked against the task."""
     base = read_config(model)
     family = family_of(base)
-    family.supports_task(task.family, task.name, model)
+    family.supports_task(task.kind, task.name, model)
     if family.finetuning_config:  # e.g. ULMFiT's classifier dropouts
         base = type(base)(**{**base.to_dict(), **family.finetuning_config})
     if features and cove is None and hasattr(base, "task_features"):  # pooler, scalar-mix: a Transformer's
@@ -236,11 +236,11 @@ def _column(value):
 def _task_options(task, crf: bool, tagger: str | None):
     """The task with a CRF or TagLM's tagger when asked for."""
     if crf:
-        if task.family != "ner":
+        if not task.taggers:
             raise BertforgeError(f"a CRF is for token tagging (task ner or tagging), not the {task.name} task")
         task.crf = True
     if tagger is not None:
-        if task.family != "ner":
+        if not task.taggers:
             raise BertforgeError(f"--tagger is for token tagging (task ner or tagging), not the {task.name} task")
         if tagger not in TAGGERS:
             raise BertforgeError(f"unknown tagger {tagger!r}; choose {' or '.join(TAGGERS)}")
@@ -348,22 +348,21 @@ def add_transform_tokens(decoder, tokenizer: Tokenizer) -> None:
     decoder.config.vocab_size = tokenizer.vocab_size
 
 
-def _output_format(path: str | None, requested: str | None, family: str) -> str:
+def _output_format(path: str | None, requested: str | None, task) -> str:
     """jsonl or conll, from the request and the output file's suffix, which must agree."""
-    if requested == "conll" and family != "ner":
+    formats = set(task.suffixes.values())
+    if requested == "conll" and requested not in formats:
         raise BertforgeError("CoNLL output is for tagging models")
     if not path:  # standard output
         return requested or "jsonl"
     suffix = os.path.splitext(path)[1].lower()
-    implied = {".jsonl": "jsonl", ".conll": "conll", ".json": "jsonl" if family == "qa" else None}
-    if implied.get(suffix) is None:
-        kinds = {"qa": ".json (SQuAD's prediction file)", "ner": ".jsonl or .conll"}.get(family, ".jsonl")
-        raise BertforgeError(f"{path}: predictions of a {family} model are written as {kinds}")
-    if suffix == ".conll" and family != "ner":
+    if suffix == ".conll" and suffix not in task.suffixes:
         raise BertforgeError(f"{path}: CoNLL output is for tagging models; write .jsonl")
-    if requested and implied[suffix] and requested != implied[suffix]:
+    if suffix not in task.suffixes:
+        raise BertforgeError(f"{path}: predictions of a {task.kind} model are written as {task.written_as}")
+    if requested and requested != task.suffixes[suffix]:
         raise BertforgeError(f"{path}: --format {requested} does not match the file's suffix {suffix}")
-    return requested or implied[suffix]
+    return requested or task.suffixes[suffix]
 
 
 def evaluate(directory: str | list[str], data_file: str, batch_size: int = 64,
@@ -391,7 +390,7 @@ def load_ensemble(directories: list[str], device: str | torch.device = "cpu", pr
     for model, _, _ in members:
         for_inference(model, precision)
     first, task = members[0][0], members[0][1]
-    if len(members) > 1 and task.family != "classification":
+    if len(members) > 1 and not task.ensembles:
         raise BertforgeError(f"{directories[0]}: an ensemble averages class probabilities (or scores): "
                              f"classification and regression models only, not {task.name}")
 
@@ -429,9 +428,6 @@ def ensemble(members: list[tuple], examples: list[dict], names, batch_size: int 
     return torch.stack([o.float().softmax(-1) for o in outputs]).mean(0).log(), first, most_cut
 
 
-FORMATS = {"jsonl": "JSON lines", "conll": "CoNLL columns: word, gold, predicted"}
-
-
 def predict(directory: str | list[str], input_file: str | None, output_file: str | None, batch_size: int = 64,
             output_format: str | None = None, device: str | torch.device = "cpu", precision: str = "fp32",
             progress: bool = False) -> int:
@@ -448,14 +444,14 @@ def predict(directory: str | list[str], input_file: str | None, output_file: str
     check_apart(output_file, input_file, *directories)  # before any work
     members = load_ensemble(directories, device, precision)
     task, names = members[0][1], label_names_of(members[0][0])
-    output_format = _output_format(output_file, output_format, task.family)
+    output_format = _output_format(output_file, output_format, task)
     examples = read_inputs(task, input_file, names)  # the task's layout, or plain text (see read_inputs)
     if not examples:
         raise BertforgeError(f"{input_file or '<stdin>'}: no examples")
     where = output_file or "standard output"
     say(header(members[0][0], next(members[0][0].parameters()).device, precision,
                f"{len(examples):,} {task.name} examples from {input_file or 'standard input'}",
-               f"{where} ({'SQuAD prediction JSON' if task.family == 'qa' else FORMATS[output_format]})",
+               f"{where} ({task.format_name(output_format)})",
                len(members)), progress)
     logits, features, cut = ensemble(members, examples, names, batch_size, precision, progress=progress)
     if cut:

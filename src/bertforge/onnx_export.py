@@ -33,9 +33,10 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 class Exportable(nn.Module):
     """A model with the plain tensor signature an exporter traces: ids, mask, types -> outputs."""
 
-    def __init__(self, model: nn.Module, kind: str):
+    def __init__(self, model: nn.Module, kind: str, choices: int | None = None):
         super().__init__()
         self.model, self.kind = model, kind
+        self.choices = choices  # the size of the example's choices axis, for models that have one
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
@@ -51,15 +52,14 @@ class Exportable(nn.Module):
 
 
 def exportable(directory: str, config=None) -> tuple[Exportable, list[str], str]:
-    """The model in `directory` wrapped for export, its output names, and its task family (or
+    """The model in `directory` wrapped for export, its output names, and its task kind (or
     "encoder" / "pretraining"). `config`: the directory's, when the caller has read it already."""
     config = read_config(directory) if config is None else config
     family_of(config).supports("onnx", directory)
     if config.bertforge_task:
         loaded = load(directory, config=config)
         model, task = loaded.model, loaded.task
-        names = ["start_logits", "end_logits"] if task.family == "qa" else ["logits"]
-        return Exportable(model, task.family).eval(), names, task.family
+        return Exportable(model, task.kind, task.onnx_choices).eval(), list(task.onnx_outputs), task.kind
     if has_masked_lm_head(config):
         from .models.objectives import BertPretraining
 
@@ -109,8 +109,8 @@ def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -
     if not out.endswith(".onnx"):
         raise BertforgeError(f"{out}: the ONNX file's name must end in .onnx")
     check_apart(out, directory)
-    wrapper, names, family = exportable(directory, config)
-    choices = 2 if family == "multiple-choice" else None
+    wrapper, names, kind = exportable(directory, config)
+    choices = wrapper.choices
     example = sample_inputs(config.vocab_size, choices)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=config.max_length)
     axes = {0: batch, 1: torch.export.Dim("choices"), 2: sequence} if choices else {0: batch, 1: sequence}
@@ -121,7 +121,7 @@ def export_onnx(directory: str, out: str, opset: int = 18, check: bool = True) -
         program = torch.onnx.export(wrapper, example, dynamo=True, input_names=list(INPUTS), output_names=names,
                                     dynamic_shapes={name: axes for name in INPUTS}, opset_version=opset,
                                     external_data=False, optimize=True, verbose=False, report=False)
-    report = {"inputs": list(INPUTS), "outputs": names, "family": family}
+    report = {"inputs": list(INPUTS), "outputs": names, "family": kind}
     remove_leftovers(out)  # what a killed export left beside it
     with atomic_path(out) as tmp:  # checked under its temporary name: a bad file never replaces a good one
         program.save(tmp)

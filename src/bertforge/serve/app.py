@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from ..checks import problem
 from ..errors import BertforgeError
+from ..tasks import KINDS
 from .batcher import Batcher
 from .engine import Engine
 from .limits import Cost, Limits, OverLimit, Pace, check_cost, check_time
@@ -44,8 +45,9 @@ TEXT_FIELDS = {"text": (str, False), "texts": (list, False)}
 FIELDS = {
     "fill-mask": {**TEXT_FIELDS, "top_k": (int, False)},
     "embed": {**TEXT_FIELDS, "pooling": (str, False)},
-    "predict": {"text": (str, False), "pair": (str, False), "question": (str, False), "context": (str, False),
-                "choices": (list, False), "inputs": (list, False)},
+    # what any task kind's request may hold (the model's own task checks its fields), or several at once
+    "predict": {**{name: (kind, False) for task in KINDS.values() for name, kind in task.request.items()},
+                "inputs": (list, False)},
     "attention": {"text": (str, True), "pair": (str, False)},
     "tokens": {"text": (str, True), "pair": (str, False)},
     "translate": {**TEXT_FIELDS, "beam": (int, False), "length_penalty": ((int, float), False)},

@@ -25,7 +25,7 @@ from ..checkpoint import label_names_of, read_config
 from ..formats.hf import has_masked_lm_head
 from ..load import load
 from ..models.bert import Bert
-from ..predictor import answers, example
+from ..predictor import answers
 from ..tasks.common import token_types
 from .limits import Cost
 from .translation import Translator
@@ -89,7 +89,7 @@ class Engine:
         config = self.config
         task = None
         if self.task is not None:
-            task = {"name": self.task.name, "family": self.task.family, "labels": self.names,
+            task = {"name": self.task.name, "family": self.task.kind, "labels": self.names,
                     "pairs": getattr(self.task, "pair_column", None) is not None}
         path = os.path.abspath(self.directory)
         # a run's `model/` folder is named by its run: "sst2/model" rather than "model"
@@ -188,7 +188,7 @@ class Engine:
 
     def example(self, request: dict) -> dict:
         self.require("predict")
-        return example(self.task, request)
+        return self.task.example(request)
 
     def predict(self, examples: list[dict]) -> list[dict]:
         return answers(self.model, self.task, self.tokenizer, self.names, examples)

@@ -1,46 +1,40 @@
-"""Task families: one module each (read -> featurize -> model -> predict -> score)."""
+"""Task kinds: one module each (read -> featurize -> model -> predict -> score), each class a
+record of what generic code asks of its kind (see `kind.TaskKind`). `KINDS` is the one
+registration; `make_task` and `task_from_config` look a task up there and nowhere else."""
 
 from __future__ import annotations
 
 from ..config import BertConfig
 from ..errors import BertforgeError
 from .choice import MultipleChoiceTask
-from .classification import GLUE, ClassificationTask, glue_task
+from .classification import GLUE, ClassificationTask
+from .kind import TaskKind
 from .qa import QuestionAnsweringTask
 from .tagging import TaggingTask
 
-FAMILIES = ("classification", "regression", "ner", "qa", "multiple-choice")
+# kind -> its task class; a kind's name is what config.json saves as the task's "family"
+KINDS: dict[str, type[TaskKind]] = {"classification": ClassificationTask, "ner": TaggingTask,
+                                    "qa": QuestionAnsweringTask, "multiple-choice": MultipleChoiceTask}
+
+
+def register(cls: type[TaskKind]) -> None:
+    """Add a task kind (its class; the kind's name is its `kind` field's default)."""
+    KINDS[cls.kind] = cls
 
 
 def make_task(name: str, **options):
-    """A task by GLUE name (`sst2`, `mrpc`, ...) or family (`classification`, `regression`).
+    """A task by GLUE name (`sst2`, `mrpc`, ...) or kind (`classification`, `regression`, `ner`, ...).
 
     `options` set columns and lengths (`text_column`, `pair_column`, `label_column`,
-    `max_seq_length`, `header`, `metrics`); None values are ignored.
+    `max_seq_length`, `header`, `metrics`); those a kind does not take are ignored, as are None values.
     """
     options = {k: v for k, v in options.items() if v is not None}
-    if name in GLUE:
-        task = glue_task(name, options.get("max_seq_length", 128))
-        task.features = options.get("features", task.features)
-        return task
-    if name in ("classification", "regression"):
-        keep = ("text_column", "pair_column", "label_column", "max_seq_length", "header", "metrics", "features")
-        options = {k: v for k, v in options.items() if k in keep}
-        if name == "regression":
-            options = {"regression": True, "metrics": ["pearson", "spearman"], **options}
-        return ClassificationTask(name=name, **options)
-    if name in ("ner", "tagging"):
-        keep = ("word_column", "tag_column", "scheme", "max_seq_length")
-        return TaggingTask(name=name, **{k: v for k, v in options.items() if k in keep})
-    if name == "qa":
-        keep = ("max_seq_length", "doc_stride", "max_query_length", "max_answer_length", "n_best",
-                "null_threshold")
-        return QuestionAnsweringTask(**{k: v for k, v in options.items() if k in keep})
-    if name == "multiple-choice":
-        keep = ("text_column", "choice_columns", "prefix_column", "label_column", "max_seq_length")
-        return MultipleChoiceTask(**{k: v for k, v in options.items() if k in keep})
-    raise BertforgeError(f"unknown task {name!r}; choose a GLUE task ({', '.join(GLUE)}) or a family "
-                         f"({', '.join(FAMILIES)})")
+    for cls in KINDS.values():
+        if name in cls.accepts:
+            return cls.make(name, options)
+    kinds = [n for cls in KINDS.values() for n in cls.accepts if n not in GLUE]
+    raise BertforgeError(f"unknown task {name!r}; choose a GLUE task ({', '.join(GLUE)}) or a kind "
+                         f"({', '.join(kinds)})")
 
 
 def task_from_config(config: BertConfig, source: str):
@@ -48,17 +42,7 @@ def task_from_config(config: BertConfig, source: str):
     saved = config.bertforge_task
     if not saved:
         raise BertforgeError(f"{source}: not a fine-tuned model (no task in config.json)")
-    saved = dict(saved)
-    family = saved.get("family")
-    if family == "classification":
-        return ClassificationTask(**saved)
-    if family == "ner":
-        saved["metrics"] = tuple(saved.get("metrics", ()))
-        return TaggingTask(**saved)
-    if family == "qa":
-        saved["metrics"] = tuple(saved.get("metrics", ()))
-        return QuestionAnsweringTask(**saved)
-    if family == "multiple-choice":
-        saved["metrics"] = tuple(saved.get("metrics", ()))
-        return MultipleChoiceTask(**saved)
-    raise BertforgeError(f"{source}: unknown task family {family!r}")
+    kind = saved.get("family")
+    if kind not in KINDS:
+        raise BertforgeError(f"{source}: unknown task family {kind!r}")
+    return KINDS[kind].from_saved(saved)

@@ -20,22 +20,26 @@ from ..models.heads import ClassifierHead
 from ..metrics import accuracy
 from ..models import encoder
 from ..models.bert import init_weights
+from .kind import TaskKind
 from .common import auxiliary_lm, build_task_model, finetuned_config, inference_batches, pad, place, read_records, token_types
 from .common import field as column_of
 
 
 @dataclass
-class MultipleChoiceTask:
+class MultipleChoiceTask(TaskKind):
 
-    crf = False  # a CRF is for token tagging (class attributes: not saved with the task)
-    tagger = None
+    accepts = ("multiple-choice",)
+    options = ("text_column", "choice_columns", "prefix_column", "label_column", "max_seq_length")
+    request = {"context": str, "choices": list}
+    inputs = 'a request dict {"context", "choices"}'
+    onnx_choices = 2  # (batch, choices, sequence) inputs
     name: str = "multiple-choice"
     text_column: str = "context"
     choice_columns: list[str] = field(default_factory=lambda: ["choices"])  # one list-valued field, or several
     prefix_column: str | None = None
     label_column: str = "label"
     max_seq_length: int = 128
-    family: str = "multiple-choice"
+    kind: str = "multiple-choice"
     regression: bool = False
     metrics: tuple = ("accuracy",)
 
@@ -134,6 +138,11 @@ class MultipleChoiceTask:
 
     def score(self, logits, features, names=None, examples=None) -> dict:
         return {"accuracy": round(accuracy(logits.argmax(-1).tolist(), [f["label"] for f in features]), 5)}
+
+    def request_example(self, request: dict) -> dict:
+        if len(request["choices"]) < 2:
+            raise BertforgeError("multiple choice needs at least two choices")
+        return {"context": request["context"], "choices": list(request["choices"])}
 
     def from_lines(self, lines):
         raise BertforgeError("multiple choice reads a CSV/JSONL file with a context and endings: give --input")

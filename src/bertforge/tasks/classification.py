@@ -24,14 +24,17 @@ from ..models.scalar_mix import ScalarMix
 from .common import (auxiliary_lm, build_task_model, encoder_inputs, finetuned_config, inference_batches, place,
                      read_records, token_types)
 from .common import field as column_of
+from .kind import TaskKind
 
 
 @dataclass
-class ClassificationTask:
+class ClassificationTask(TaskKind):
     """How to read a classification or regression dataset and score predictions on it."""
 
-    crf = False  # a CRF is for token tagging (class attributes: not saved with the task)
-    tagger = None
+    options = ("text_column", "pair_column", "label_column", "max_seq_length", "header", "metrics", "features")
+    request = {"text": str, "pair": str}
+    inputs = "a text, a (text, pair) tuple or a request dict"
+    ensembles = True
 
     name: str = "classification"
     text_column: str | int = "text"
@@ -51,7 +54,18 @@ class ClassificationTask:
     # A similarity task (MRPC, QQP, STS-B): the pair has no natural order, so GPT-1 reads it both
     # ways and adds the two final states (Radford et al., 2018, 3.3). BERT reads one order.
     symmetric: bool = False
-    family: str = "classification"
+    kind: str = "classification"
+
+    @classmethod
+    def make(cls, name: str, options: dict) -> "ClassificationTask":
+        if name in GLUE:
+            task = glue_task(name, options.get("max_seq_length", 128))
+            task.features = options.get("features", task.features)
+            return task
+        task = super().make(name, options)
+        if name == "regression":  # one output, scored by correlation unless told otherwise
+            task.regression, task.metrics = True, options.get("metrics", ["pearson", "spearman"])
+        return task
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -194,6 +208,30 @@ class ClassificationTask:
                      "pearson": pearson, "spearman": spearman}
         return {name: round(functions[name](predictions, gold), 5) for name in self.metrics}
 
+    # ---- requests and plain text ---------------------------------------------------------------
+
+    def needed(self) -> set[str]:
+        return {"text", "pair"} if self.pair_column is not None else {"text"}
+
+    def request_example(self, request: dict) -> dict:
+        return {"text": request["text"], "pair": request.get("pair")}
+
+    def request_of(self, x) -> dict | None:
+        if isinstance(x, str):
+            return {"text": x}
+        return {"text": x[0], "pair": x[1]} if isinstance(x, tuple) and len(x) == 2 else None
+
+    def single_text(self) -> bool:
+        return self.pair_column is None
+
+    def in_layout(self, lines: list[str], names: list[str] | None) -> bool:
+        """A table: its first line, split at tabs, is a header naming the text column (a headerless
+        task, as CoLA, has that column's position), so that a .txt table stays one."""
+        first = lines[0].split("\t")
+        if self.header:
+            return str(self.text_column) in first
+        return isinstance(self.text_column, int) and -len(first) <= self.text_column < len(first)
+
     def from_lines(self, lines: list[str]) -> list[dict]:
         """Examples from plain text, one per line (standard input)."""
         if self.pair_column is not None:
@@ -324,6 +362,9 @@ GLUE = {
     "wnli": dict(text_column="sentence1", pair_column="sentence2", label_column="label", labels=["0", "1"],
                  names=["not_entailment", "entailment"], metrics=["accuracy"]),
 }
+
+
+ClassificationTask.accepts = ("classification", "regression", *GLUE)
 
 
 def glue_task(name: str, max_seq_length: int = 128) -> ClassificationTask:

@@ -238,7 +238,7 @@ def read_inputs(task, path: str | None, names: list[str] | None = None) -> list[
     space), where the file says so (see `plain_text`). Blank lines are skipped; each example's
     `where` names its file and line."""
     if path is not None and not plain_text(task, path, names):
-        return task.read(path, with_labels="auto" if task.family == "ner" else False)
+        return task.read(path, with_labels=task.labelled_inputs)
     task.from_lines([])  # a task without a plain-text form (QA, pairs) says so before standard input is read
     lines = [(number, line.rstrip("\r")) for number, line in enumerate(read_text(path).split("\n"), start=1)
              if line.strip()]
@@ -251,30 +251,12 @@ def read_inputs(task, path: str | None, names: list[str] | None = None) -> list[
 def plain_text(task, path: str, names: list[str] | None = None) -> bool:
     """Whether `path` holds plain text, one example per line, for a task that reads single texts.
     Never for a Parquet, Arrow or dataset folder, nor for .tsv, .tab, .csv, .jsonl or .json: those
-    are the task's tables. Any other file (.txt, or any name) is plain text unless it reads as the
-    task's own layout:
-    - classification and regression: its first line, split at tabs, is a header naming the text
-      column (a headerless task, as CoLA: it has that column's position), so a .txt table stays one;
-    - tagging (CoNLL columns, .txt by custom): it has a `-DOCSTART-` line, or every line is one word,
-      or every line has the same number of fields and most end in one of the model's tags (`names`).
-      Plain text has sentences of different lengths, or no tag at their ends."""
-    single = task.family == "ner" or (task.family == "classification" and getattr(task, "pair_column", 1) is None)
-    if not single or is_dataset(path) or path.lower().endswith(LAYOUT_SUFFIXES):
+    are the task's tables. Any other file (.txt, or any name) is plain text unless its lines read as
+    the task's own layout (the task's `in_layout`: a table's header, CoNLL columns)."""
+    if not task.single_text() or is_dataset(path) or path.lower().endswith(LAYOUT_SUFFIXES):
         return False
-    lines = [line.split() if task.family == "ner" else line.rstrip("\r").split("\t")
-             for line in read_text(path).split("\n") if line.strip()]
-    if not lines:
-        return False  # the task's reader says the file is empty
-    if task.family == "classification":
-        column = task.text_column
-        if task.header:
-            return str(column) not in lines[0]
-        return not (isinstance(column, int) and -len(lines[0]) <= column < len(lines[0]))
-    if any(fields[0] == "-DOCSTART-" for fields in lines) or all(len(fields) == 1 for fields in lines):
-        return False
-    tags = set(names or ())
-    same = all(len(fields) == len(lines[0]) for fields in lines)
-    return not (same and sum(fields[-1] in tags for fields in lines) * 2 > len(lines))
+    lines = [line.rstrip("\r") for line in read_text(path).split("\n") if line.strip()]
+    return bool(lines) and not task.in_layout(lines, names)  # an empty file: the task's reader says so
 
 
 def json_array(path: str, text: str) -> list[tuple[int, dict]]:
@@ -411,8 +393,13 @@ def lm_count(batch: dict) -> dict:
 def finetuned_config(config, task, drop: tuple = (), **updates):
     """The config of a model fine-tuned for `task`: the task saved in it, keys of other heads dropped."""
     values = {k: v for k, v in config.to_dict().items() if k not in ("label2id", *drop)}
-    values.update(finetuning_task=task.name, bertforge_task=asdict(task), **updates)
+    values.update(finetuning_task=task.name, bertforge_task=saved_task(task), **updates)
     return type(config)(**values)
+
+
+def saved_task(task) -> dict:
+    """The task as config.json keeps it: its fields in order, its kind under the key "family"."""
+    return {("family" if k == "kind" else k): v for k, v in asdict(task).items()}
 
 
 def pad(rows: list[list[int]], value: int) -> torch.Tensor:

@@ -148,7 +148,7 @@ class CoveTagger(OverFrozenCoVe):
 
 def task_model(task, config) -> nn.Module:
     """A CoVe model's task model: the BCN for classification, the biLSTM tagger for tagging."""
-    if task.family == "classification":
+    if task.kind == "classification":
         return BiattentiveClassifier(config, pairs=getattr(task, "pair_column", None) is not None)
     if task.crf or task.tagger is not None:
         raise BertforgeError("--crf and --tagger are not for CoVe models; their tagger tags each word on its own")

@@ -161,7 +161,7 @@ class TagLMTagger(OverFrozenLM):
 
 def task_model(task, config) -> nn.Module:
     """An ELMo biLM's task model: a classifier or a tagger over its frozen layers, or TagLM's tagger."""
-    if task.family == "classification":
+    if task.kind == "classification":
         return ELMoClassifier(config)
     if task.tagger is not None:
         return TagLMTagger(config, lm_states=task.tagger == "taglm")

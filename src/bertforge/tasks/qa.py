@@ -26,6 +26,7 @@ from ..metrics import best_null_threshold, squad_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.modernbert import Head
+from .kind import TaskKind
 from .common import (
     auxiliary_lm,
     build_task_model,
@@ -41,10 +42,15 @@ from .common import (
 
 
 @dataclass
-class QuestionAnsweringTask:
+class QuestionAnsweringTask(TaskKind):
 
-    crf = False  # a CRF is for token tagging (class attributes: not saved with the task)
-    tagger = None
+    accepts = ("qa",)
+    options = ("max_seq_length", "doc_stride", "max_query_length", "max_answer_length", "n_best", "null_threshold")
+    request = {"question": str, "context": str}
+    inputs = "a (question, context) tuple or a request dict"
+    onnx_outputs = ("start_logits", "end_logits")
+    suffixes = {".jsonl": "jsonl", ".json": "jsonl"}
+    written_as = ".json (SQuAD's prediction file)"
     name: str = "qa"
     max_seq_length: int = 384
     doc_stride: int = 128
@@ -53,7 +59,7 @@ class QuestionAnsweringTask:
     n_best: int = 20
     null_threshold: float = 0.0
     version_2: bool = False  # SQuAD 2.0: questions may have no answer (set from the training data)
-    family: str = "qa"
+    kind: str = "qa"
     regression: bool = False
     metrics: tuple = ("f1", "exact")
 
@@ -293,6 +299,29 @@ class QuestionAnsweringTask:
             threshold, best_f1 = best_null_threshold(texts, margins, golds, "f1")
             result.update(best_f1=round(best_f1, 5), best_f1_threshold=round(threshold, 4))
         return result
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def request_example(self, request: dict) -> dict:
+        return {"id": "0", "question": request["question"], "context": request["context"]}
+
+    def request_of(self, x) -> dict | None:
+        return {"question": x[0], "context": x[1]} if isinstance(x, tuple) and len(x) == 2 else None
+
+    def served(self, logits, names, examples: list[dict], features: list[dict]) -> list[dict]:
+        """Each question's best span with its score (and, for SQuAD 2.0, whether it has no answer)."""
+        spans = self.spans(logits, features, [dict(e, id=str(i)) for i, e in enumerate(examples)])
+        out = []
+        for i in range(len(examples)):
+            span = spans[str(i)]
+            answer = {"answer": span["text"], "start": span["start"], "end": span["end"], "score": span["score"]}
+            if self.version_2:
+                answer.update(null_margin=span["margin"], no_answer=span["margin"] > self.null_threshold)
+            out.append(answer)
+        return out
+
+    def format_name(self, output_format: str) -> str:
+        return "SQuAD prediction JSON"
 
     def from_lines(self, lines):
         raise BertforgeError("question answering reads a SQuAD JSON file: give --input")

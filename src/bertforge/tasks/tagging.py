@@ -9,6 +9,7 @@ weights beside the model, in bertforge's heads file).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,7 @@ from .common import (
     read_text,
     token_types,
 )
+from .kind import TaskKind
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")
 
@@ -63,9 +65,23 @@ def convert(tags: list[str], scheme: str) -> list[str]:
 TAGGERS = ("taglm", "taglm-baseline")
 
 
+# The words of a request and where each starts in its text: white space splits words, as `predict`
+# splits standard input, and the offsets let the answer point into the text.
+WORD = re.compile(r"\S+")
+
+
 @dataclass
-class TaggingTask:
+class TaggingTask(TaskKind):
     """How to read a CoNLL-style file and score tags on it."""
+
+    accepts = ("ner", "tagging")
+    options = ("word_column", "tag_column", "scheme", "max_seq_length")
+    request = {"text": str}
+    inputs = "a text or a request dict"
+    suffixes = {".jsonl": "jsonl", ".conll": "conll"}
+    written_as = ".jsonl or .conll"
+    labelled_inputs = "auto"  # a labelled file's gold tags are kept for the CoNLL output
+    taggers = True
 
     name: str = "ner"
     word_column: int = 0
@@ -73,7 +89,7 @@ class TaggingTask:
     scheme: str | None = None  # convert the tags to this scheme; None keeps the file's
     max_seq_length: int = 256
     metrics: tuple = ("f1", "precision", "recall", "accuracy")
-    family: str = "ner"
+    kind: str = "ner"
     regression: bool = False
     crf: bool = False  # a CRF over the words' tag scores, trained on whole paths and decoded by Viterbi
     # over an ELMo biLM: None (ELMo's recipe: the frozen biLM mixed into a task biLSTM), "taglm"
@@ -285,6 +301,38 @@ class TaggingTask:
         scores = {"f1": round(result["f1"], 5), "precision": round(result["precision"], 5),
                   "recall": round(result["recall"], 5), "accuracy": round(token_accuracy, 5)}
         return {k: scores[k] for k in dict.fromkeys([*self.metrics, *scores])}  # the selection metric first
+
+    # ---- requests and plain text ---------------------------------------------------------------
+
+    def request_example(self, request: dict) -> dict:
+        matches = list(WORD.finditer(request["text"]))
+        return {"words": [m.group() for m in matches], "offsets": [(m.start(), m.end()) for m in matches]}
+
+    def request_of(self, x) -> dict | None:
+        return {"text": x} if isinstance(x, str) else None
+
+    def served(self, outputs, names, examples: list[dict], features: list[dict]) -> list[dict]:
+        """Entities pointed at by character offsets into the request's text, not by word."""
+        answers = self.outputs(outputs, names, examples, features)
+        for answer, ex in zip(answers, examples):
+            for entity in answer["entities"]:
+                entity["start"], entity["end"] = ex["offsets"][entity["start"]][0], ex["offsets"][entity["end"] - 1][1]
+            answer.pop("words")
+        return answers
+
+    def single_text(self) -> bool:
+        return True
+
+    def in_layout(self, lines: list[str], names: list[str] | None) -> bool:
+        """CoNLL columns (.txt by custom): a `-DOCSTART-` line, or every line one word, or every line
+        with the same number of fields, most ending in one of the model's tags (`names`). Plain text
+        has sentences of different lengths, or no tag at their ends."""
+        rows = [line.split() for line in lines]
+        if any(fields[0] == "-DOCSTART-" for fields in rows) or all(len(fields) == 1 for fields in rows):
+            return True
+        tags = set(names or ())
+        same = all(len(fields) == len(rows[0]) for fields in rows)
+        return same and sum(fields[-1] in tags for fields in rows) * 2 > len(rows)
 
     def from_lines(self, lines: list[str]) -> list[dict]:
         """Sentences from plain text, one per line, words split at white space (standard input)."""
