@@ -76,7 +76,7 @@ class Family:
     "subword" (pretrain.py: a sub-word tokenizer, shards, instances, masking) or "word"
     (pretrain_recurrent.py: a word vocabulary, BPTT streams). `native`: checkpoints in bertforge's own
     format (no `transformers` class). `vocab_kind`: the vocabulary learned for it. `tasks`: the task
-    families it fine-tunes for; `uses`: see `USES`. `lm`: what kind of language model its pretraining
+    kinds it fine-tunes for (None: every kind of `tasks.KINDS`, each kind's head over its encoder); `uses`: see `USES`. `lm`: what kind of language model its pretraining
     checkpoint is ("masked", "causal", "bidirectional"), for evaluate-lm. `layer_norms`: the layer
     orders it can be built in (the first is its paper's). `finetuning`: the dotted path of
     `(config) -> dict` of TrainOptions defaults; `task_model`: of `(task, config) -> nn.Module`;
@@ -107,7 +107,7 @@ class Family:
     native: bool = False
     vocab_kind: str = "wordpiece"
     default_preset: str | None = None
-    tasks: tuple[str, ...] = ("classification", "ner", "qa", "multiple-choice")
+    tasks: tuple[str, ...] | None = None
     uses: tuple[str, ...] = ()
     lm: str | None = None
     layer_norms: tuple[str, ...] = ("post",)
@@ -129,11 +129,11 @@ class Family:
             f"{use} is not for {self.describe} models"
         raise BertforgeError(f"{source}: {what}; they support {', '.join(self.uses) or 'pretraining and fine-tuning only'}")
 
-    def supports_task(self, task_family: str, task_name: str, source: str) -> None:
-        if not self.tasks:
+    def supports_task(self, task_kind: str, task_name: str, source: str) -> None:
+        if self.tasks == ():
             raise BertforgeError(f"{source}: a {self.describe} model cannot be fine-tuned for {task_name}"
                                  + (f"; {self.instead_of_finetuning}" if self.instead_of_finetuning else ""))
-        if task_family not in self.tasks:
+        if self.tasks is not None and task_kind not in self.tasks:
             raise BertforgeError(f"{source}: {self.describe} models fine-tune for {', '.join(self.tasks)}, "
                                  f"not {task_name}")
 

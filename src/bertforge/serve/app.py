@@ -45,14 +45,20 @@ TEXT_FIELDS = {"text": (str, False), "texts": (list, False)}
 FIELDS = {
     "fill-mask": {**TEXT_FIELDS, "top_k": (int, False)},
     "embed": {**TEXT_FIELDS, "pooling": (str, False)},
-    # what any task kind's request may hold (the model's own task checks its fields), or several at once
-    "predict": {**{name: (kind, False) for task in KINDS.values() for name, kind in task.request.items()},
-                "inputs": (list, False)},
     "attention": {"text": (str, True), "pair": (str, False)},
     "tokens": {"text": (str, True), "pair": (str, False)},
     "translate": {**TEXT_FIELDS, "beam": (int, False), "length_penalty": ((int, float), False)},
     "translate/attention": {"text": (str, True)},
 }
+
+
+def fields_of(endpoint: str) -> dict:
+    """The fields `endpoint` reads: /predict's are what any registered task kind's request may hold
+    (the model's own task then checks its fields), or "inputs", several requests at once."""
+    if endpoint != "predict":
+        return FIELDS[endpoint]
+    return {**{name: (kind, False) for task in KINDS.values() for name, kind in task.request.items()},
+            "inputs": (list, False)}
 
 
 KIND_NAMES = {str: "a string", list: "a list", int: "an integer", (int, float): "a number"}
@@ -197,7 +203,7 @@ class Service:
             raise RequestError(f"the body is not valid JSON ({getattr(e, 'msg', e)})", 400) from None
         except RecursionError:  # Python's parser recurses once per level: [[[[...]]]] a hundred thousand deep
             raise RequestError("the body is nested too deeply to read (no field of this service nests)", 400) from None
-        return check_fields(body, FIELDS[endpoint], self.limits)
+        return check_fields(body, fields_of(endpoint), self.limits)
 
     async def read_body(self, request: Request) -> bytearray:
         raw = bytearray()
@@ -275,7 +281,7 @@ class Service:
             if not requests or len(requests) > self.limits.texts:
                 raise RequestError(f'"inputs" must hold 1 to {self.limits.texts} examples, got {len(requests)}',
                                    413 if requests else 422)
-            fields = {k: v for k, v in FIELDS["predict"].items() if k != "inputs"}
+            fields = {k: v for k, v in fields_of("predict").items() if k != "inputs"}
             requests = [check_fields(r, fields, self.limits, f"inputs[{i}]") for i, r in enumerate(requests)]
         else:
             requests = [body]
