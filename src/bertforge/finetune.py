@@ -101,13 +101,7 @@ def finetune(task, train: str, dev: str, model: str, out: str, *, text_column: s
     net, collate = _task_model(task, base, names, classifier_dropout, model, tokenizer, train_features, lm_weight,
                                options.seed)
     data = FinetuneData(train_features, collate, task.length, batch_size, options.seed, rank, world, options.accum)
-    per_epoch = data.steps_per_epoch
-    options.steps = options.steps or max(1, round(epochs * per_epoch))
-    options.eval_every = eval_every or per_epoch
-    options.save_every = options.save_every or per_epoch
-    if family.gradual_unfreezing and options.unfreeze_every is None and options.layer_decay != 1.0:
-        options.unfreeze_every = max(1, per_epoch // 2)
-    options.select = options.select or task.metrics[0]
+    _schedule(options, data.steps_per_epoch, epochs, eval_every, family, task)
 
     def evaluator(m):
         return task.score(predict_features(task, m, dev_features, None, "evaluating dev", show), dev_features, names,
@@ -117,14 +111,21 @@ def finetune(task, train: str, dev: str, model: str, out: str, *, text_column: s
                   "dev": os.path.abspath(dev), "model": os.path.abspath(model), "epochs": epochs,
                   "batch_size": batch_size, "labels": names, "train_examples": len(train_features),
                   "dev_examples": len(dev_features), "truncated": {"train": cut, "dev": dev_cut}, "lm_weight": lm_weight,
-                  "sources": plan.sources() if plan else None}
-    if task.crf:
-        run_config["crf"] = True
-    if task.tagger:
-        run_config["tagger"] = task.tagger
+                  "sources": plan.sources() if plan else None, **task.recorded()}
     command_line = run_arguments("finetune", given) if replayable else {}
     summary = train_model(net, data, options, tokenizer, {**command_line, **run_config}, resume, evaluator)
     return {**summary, "select": options.select}
+
+
+def _schedule(options: TrainOptions, per_epoch: int, epochs: float, eval_every: int | None, family, task) -> None:
+    """The run's length, evaluations and checkpoints in steps, from epochs unless given; ULMFiT's
+    gradual unfreezing every half epoch; the best model chosen by the task's first metric."""
+    options.steps = options.steps or max(1, round(epochs * per_epoch))
+    options.eval_every = eval_every or per_epoch
+    options.save_every = options.save_every or per_epoch
+    if family.gradual_unfreezing and options.unfreeze_every is None and options.layer_decay != 1.0:
+        options.unfreeze_every = max(1, per_epoch // 2)
+    options.select = options.select or task.metrics[0]
 
 
 def _base_config(model: str, task, features: str | None, cove: str | None):
@@ -263,8 +264,7 @@ def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, tr
         load_into(net, model, new_heads=True, config=base, heads=False)  # the encoder; the task head starts fresh
     if hasattr(net, "keep_frozen_outputs"):  # ELMo's biLM, CoVe's MT-LSTM: read each sentence once, not once per epoch
         net.keep_frozen_outputs()
-    if task.crf:  # ... and a CRF from the training data's tag bigrams (see CRF.init_from_paths)
-        net.crf.init_from_paths(task.word_paths(train_features))
+    task.prepare(net, train_features)  # e.g. a CRF's transitions from the training data's tag bigrams
     pad_id = tokenizer.pad_id
     collate = lambda f: task.collate(f, pad_id)  # noqa: E731
     if family.input_transforms:

@@ -113,14 +113,8 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     batch_size = batch_size or record.batch_size
     _check_options(vocab_size=vocab_size, batch_size=batch_size, eval_fraction=eval_fraction, min_freq=min_freq,
                    bptt=bptt, dropout_scale=dropout_scale, ar=ar, tar=tar, sampled_softmax=sampled_softmax)
-    if elmo and (init or backwards):
-        raise BertforgeError("ELMo's biLM reads both directions and starts fresh: drop --init and --backwards")
-    if init and preset:
-        raise BertforgeError("--init continues a model of its own size: drop --preset")
+    preset = _preset(family, objective, preset, init, backwards)
     check_apart(os.path.join(out, "model"), init)  # the model is written to out/model
-    preset = None if init else preset or family.default_preset
-    if preset and preset not in family.presets:
-        raise BertforgeError(f"unknown preset {preset!r} for {objective}; choose one of {', '.join(family.presets)}")
     options = options or default_options(out, init, objective)
     options.out = out
     rank, world, _ = distributed_setup()
@@ -135,17 +129,8 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     if start is not None and backwards != start.backwards:
         raise BertforgeError(f"{init}: a {'backward' if start.backwards else 'forward'} model; "
                              f"{'add' if start.backwards else 'drop'} --backwards")
-    if resume:
-        vocab = _resume_vocabulary(out, run_config)
-    else:
-        if latest_checkpoint(out):
-            raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
-        settings = WordVocab.from_pretrained(init) if init else None
-        texts = (text for path in files for _, text, _ in read_units(path, FileReport(path), layout, text_field))
-        vocab = WordVocab.train(texts, vocab_size, min_freq, lowercase=not elmo,
-                                rules=False if elmo else settings.rules if settings else rules,
-                                characters=elmo_preset(preset).max_characters_per_token if elmo else None,
-                                show_progress=options.progress and rank == 0)
+    vocab = _resume_vocabulary(out, run_config) if resume else \
+        _new_vocabulary(out, files, init, run_config, preset, elmo, options.progress and rank == 0)
     source = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
     show = options.progress and rank == 0
     if elmo:
@@ -161,13 +146,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
                          backwards=backwards, source=source,
                          sentence_ends=tuple(vocab.index[w] for w in (".", "!", "?") if w in vocab.index))
-        if start is not None:
-            config = AWDLSTMConfig(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
-                                      "architectures": ["AWDLSTMLanguageModel"]})
-        else:
-            dropouts = {k: AWDLSTMConfig.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS}
-            config = awd_lstm_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id,
-                                     backwards=backwards, **dropouts)
+        config = _awd_lstm_config(start, preset, vocab, backwards, dropout_scale)
         torch.manual_seed(options.seed)
         sampled = SAMPLED_WORDS if sampled_softmax is None and vocab.vocab_size > 4 * SAMPLED_WORDS else sampled_softmax
         model = RecurrentLMPretraining(config, ar, tar, sampled or None)
@@ -176,6 +155,43 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     facts = {"model": config.to_dict(), "sampled_words": model.sampled, **data.split_facts(), "words": vocab.vocab_size,
              "train_words": int(sum(len(d) for d in data.train_documents))}
     return train(model, data, options, vocab, {**(command_line or {}), **run_config, **facts}, resume)
+
+
+def _preset(family, objective: str, preset: str | None, init: str | None, backwards: bool) -> str | None:
+    """The preset a run starts from (None when it continues `init`), checked against the options."""
+    if family.lm == "bidirectional" and (init or backwards):
+        raise BertforgeError("ELMo's biLM reads both directions and starts fresh: drop --init and --backwards")
+    if init and preset:
+        raise BertforgeError("--init continues a model of its own size: drop --preset")
+    preset = None if init else preset or family.default_preset
+    if preset and preset not in family.presets:
+        raise BertforgeError(f"unknown preset {preset!r} for {objective}; choose one of {', '.join(family.presets)}")
+    return preset
+
+
+def _new_vocabulary(out: str, files: list[str], init: str | None, run_config: dict, preset: str | None, elmo: bool,
+                    show: bool) -> WordVocab:
+    """The word vocabulary of a new run, from the corpus (with `init`'s text rules when continuing one)."""
+    if latest_checkpoint(out):
+        raise BertforgeError(f"{out} already holds checkpoints: pass --resume to continue, or choose another --out")
+    settings = WordVocab.from_pretrained(init) if init else None
+    layout, text_field = run_config["layout"], run_config["text_field"]
+    texts = (text for path in files for _, text, _ in read_units(path, FileReport(path), layout, text_field))
+    return WordVocab.train(texts, run_config["vocab_size"], run_config["min_freq"], lowercase=not elmo,
+                           rules=False if elmo else settings.rules if settings else run_config["rules"],
+                           characters=elmo_preset(preset).max_characters_per_token if elmo else None,
+                           show_progress=show)
+
+
+def _awd_lstm_config(start, preset: str | None, vocab: WordVocab, backwards: bool, dropout_scale: float):
+    """An AWD-LSTM's config: `start`'s (the model continued) over the new vocabulary, or the preset's
+    with its dropouts scaled."""
+    if start is not None:
+        return AWDLSTMConfig(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
+                                "architectures": ["AWDLSTMLanguageModel"]})
+    dropouts = {k: AWDLSTMConfig.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS}
+    return awd_lstm_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, backwards=backwards,
+                           **dropouts)
 
 
 def _check_options(vocab_size, batch_size, eval_fraction, min_freq, bptt, dropout_scale, ar, tar,

@@ -51,6 +51,13 @@ class TaskKind:
             saved["metrics"] = tuple(saved.get("metrics", ()))
         return cls(**saved)
 
+    def recorded(self) -> dict:
+        """What run_config.json records of the task's options beyond its name (a tagger's CRF)."""
+        return {}
+
+    def prepare(self, model, train_features: list[dict]) -> None:
+        """Anything the new task model takes from the training data before training starts."""
+
     def needed(self) -> set[str]:
         """The fields a request to this task must have, exactly."""
         return set(self.request)

@@ -302,6 +302,15 @@ class TaggingTask(TaskKind):
                   "recall": round(result["recall"], 5), "accuracy": round(token_accuracy, 5)}
         return {k: scores[k] for k in dict.fromkeys([*self.metrics, *scores])}  # the selection metric first
 
+    def recorded(self) -> dict:
+        options = {"crf": self.crf, "tagger": self.tagger}  # each only where set
+        return {key: value for key, value in options.items() if value}
+
+    def prepare(self, model, train_features: list[dict]) -> None:
+        """A CRF's transitions from the training data's tag bigrams (see CRF.init_from_paths)."""
+        if self.crf:
+            model.crf.init_from_paths(self.word_paths(train_features))
+
     # ---- requests and plain text ---------------------------------------------------------------
 
     def request_example(self, request: dict) -> dict:
