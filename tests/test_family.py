@@ -15,7 +15,7 @@ from bertforge.cli.common import VOCAB_KINDS
 from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
 from bertforge.load import load_finetuned
-from bertforge.formats.hf import FAMILY_CLASS, to_hf
+from bertforge.formats.hf import hf_class, to_hf
 from bertforge.models.heads import SpanBoundaryHead
 from bertforge.models.bert import Bert
 from bertforge.models.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
@@ -223,7 +223,7 @@ def test_each_objective_pretrains_then_fine_tunes(tmp_path, objective):
                  "--epochs", "1", "--batch-size", "8", "--precision", "fp32", "--quiet"]) == 0
     directory = tmp_path / "fine" / "model"
     classifier = transformers.AutoModelForSequenceClassification.from_pretrained(directory).eval()
-    assert type(classifier).__name__ == FAMILY_CLASS[config["model_type"]] + "ForSequenceClassification"
+    assert type(classifier).__name__ == hf_class(config["model_type"], "BertForSequenceClassification")
     ours, task, _ = load_finetuned(str(directory))
     assert isinstance(ours, SequenceClassifier)
     batch = family_batch(ours.backbone.config)

@@ -146,7 +146,7 @@ def hub_datasets(args: argparse.Namespace) -> None:
             continue
         from ..data.hub_datasets import is_hub_dataset, resolve
 
-        kind = "text" if name == "corpus" else getattr(args, "hub_kind", "table")  # as the command says
+        kind = "text" if name == "corpus" else getattr(args, "_hub_kind", "table")  # as the command says
         column = getattr(args, "text_field", None) if kind == "text" else None
         resolved = [resolve(v, kind, split, column) if is_hub_dataset(v) else v for v in values]
         setattr(args, name, resolved if isinstance(value, list) else resolved[0])

@@ -139,4 +139,5 @@ def resolve_positionals(args: argparse.Namespace) -> None:
 def keywords(args: argparse.Namespace) -> dict:
     """The parsed options of a command as the keywords of its Python function (`pretrain`, `finetune`,
     `train_translation`, `word_vectors`), which takes the options under their dests."""
-    return {name: value for name, value in vars(args).items() if name not in ("command", "func", "debug", "config")}
+    return {name: value for name, value in vars(args).items()
+            if name not in ("command", "func", "debug", "config") and not name.startswith("_")}  # _: the CLI's own

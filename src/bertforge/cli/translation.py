@@ -69,7 +69,7 @@ def _add_train(commands) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation and batch order")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--report-to", **REPORT_TO)
-    p.set_defaults(func=run_train, hub_kind="translation")  # a Hub dataset given here is parallel text
+    p.set_defaults(func=run_train, _hub_kind="translation")  # a Hub dataset given here is parallel text
 
 
 def _add_translate(commands) -> None:

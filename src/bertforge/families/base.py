@@ -17,7 +17,8 @@ from typing import Any, Callable
 from ..errors import BertforgeError
 
 # The uses a family may support, beyond pretraining and fine-tuning, and what a model needs for some.
-USES = ("embed", "fill-mask", "generate", "evaluate-lm", "translate", "serve", "onnx", "allennlp")
+# "attention": the encoder returns each head's attention weights (serve's /attention and its page)
+USES = ("embed", "fill-mask", "generate", "evaluate-lm", "translate", "serve", "attention", "onnx", "allennlp")
 NEEDS = {"fill-mask": "masked-LM head", "generate": "left-to-right language model", "evaluate-lm": "language-model head",
          "translate": "decoder over a source sentence"}
 
@@ -88,7 +89,9 @@ class Family:
     printed about the fine-tuning defaults (`{lr}`, `{layer_decay}`, `{schedule}`, `{width}`).
     `checkpoint`: the dotted path of a module with `write`, `load` and `load_model` when the family
     has a checkpoint layout of its own (MarianMT's), else None (`native` or the BERT-like HF
-    layouts of formats/hf.py). `tokenizer`: the dotted path of the tokenizer class (with
+    layouts of formats/hf.py). `hf`: the dotted path of the family's
+    `HFLayout` (its Hugging Face class names and key maps, `families/<family>/hf.py`) when its
+    checkpoints are in `transformers`' format. `tokenizer`: the dotted path of the tokenizer class (with
     `from_pretrained`) of a family with a vocabulary of its own (translation's), else None (by
     `vocab_kind`). `input_transforms`: GPT-1's fine-tuning (three new tokens, an auxiliary LM loss). `describe`: a
     few words for messages.
@@ -118,6 +121,7 @@ class Family:
     finetuning_note: str = "peak learning rate {lr:g} for an encoder of width {width} (--lr to change)"
     input_transforms: bool = False
     checkpoint: str | None = None
+    hf: str | None = None
     tokenizer: str | None = None
     instead_of_finetuning: str = ""  # what a family that fine-tunes for no task does instead, said when asked
 

@@ -1,6 +1,7 @@
-"""Hugging Face format: the key maps between our parameter names and HF's for BERT, ALBERT, RoBERTa,
-ELECTRA, RoFormer, ModernBERT and GPT-1 (also as GPT-2 and, with rotary positions, GPT-NeoX), and
-checkpoint I/O.
+"""Hugging Face format: checkpoint I/O for every family saved as `transformers` saves it (BERT,
+ALBERT, RoBERTa, ELECTRA, RoFormer, ModernBERT and GPT-1, also as GPT-2 and GPT-NeoX). The names
+and layouts particular to a family are its own (`families/<family>/hf.py`, see
+`families.hf_layout`); this module renames, checks, reads and writes through them.
 
 A checkpoint directory holds `config.json`, `model.safetensors` and the tokenizer files, exactly as
 `transformers` writes them, so that models move both ways. Weights are read with safetensors (or,
@@ -18,208 +19,32 @@ from torch import nn
 
 from ..atomic import atomic_directory
 from ..checkpoint import read_config
-from ..config import GPT_TYPES, BertConfig, GPTConfig, ModernBertConfig
+from ..config import BertConfig, ModernBertConfig
 from ..config.base import _read_json
-from ..families import family_of
 from ..errors import BertforgeError
-from ..models import ENCODERS, encoder
-from ..models.rotary import rotary_tables
+from ..families import family_of, resolve
+from ..families.hf_layout import HFLayout
+from ..models import encoder
 from ..paths import inside
 from . import native
 from .tensors import check_finite, load_state, read_pickled, read_safetensors
 
-# (ours, HF) names. `{}` stands for the layer index. HF's names are relative to the encoder
-# (`BertModel`, `AlbertModel`, ...); the task and pretraining classes put it under the family's
-# prefix (`bert.`, `albert.`, ...) and their heads beside it.
-FAMILY_CLASS = {"bert": "Bert", "albert": "Albert", "roberta": "Roberta", "electra": "Electra", "roformer": "RoFormer",
-                "modernbert": "ModernBert", "openai-gpt": "OpenAIGPT", "gpt2": "GPT2",
-                "gpt_neox": "GPTNeoX"}
-# The attribute holding the encoder in HF's task classes: the model_type, except in these.
-ENCODER_PREFIX = {"modernbert": "model", "openai-gpt": "transformer", "gpt2": "transformer"}
-
-EMBEDDING_KEYS = [
-    ("embeddings.word.weight", "embeddings.word_embeddings.weight"),
-    ("embeddings.position.weight", "embeddings.position_embeddings.weight"),
-    ("embeddings.segment.weight", "embeddings.token_type_embeddings.weight"),
-    ("embeddings.norm.weight", "embeddings.LayerNorm.weight"),
-    ("embeddings.norm.bias", "embeddings.LayerNorm.bias"),
-]
-# BERT, RoBERTa and ELECTRA name a layer alike; ALBERT names its shared layer groups.
-LAYER_KEYS = {
-    "bert": [
-        ("layers.{}.attention.out.weight", "encoder.layer.{}.attention.output.dense.weight"),
-        ("layers.{}.attention.out.bias", "encoder.layer.{}.attention.output.dense.bias"),
-        ("layers.{}.attention_norm.weight", "encoder.layer.{}.attention.output.LayerNorm.weight"),
-        ("layers.{}.attention_norm.bias", "encoder.layer.{}.attention.output.LayerNorm.bias"),
-        ("layers.{}.ffn_in.weight", "encoder.layer.{}.intermediate.dense.weight"),
-        ("layers.{}.ffn_in.bias", "encoder.layer.{}.intermediate.dense.bias"),
-        ("layers.{}.ffn_out.weight", "encoder.layer.{}.output.dense.weight"),
-        ("layers.{}.ffn_out.bias", "encoder.layer.{}.output.dense.bias"),
-        ("layers.{}.ffn_norm.weight", "encoder.layer.{}.output.LayerNorm.weight"),
-        ("layers.{}.ffn_norm.bias", "encoder.layer.{}.output.LayerNorm.bias"),
-    ],
-    "albert": [
-        ("layers.{}.attention.out.weight", "encoder.albert_layer_groups.{}.albert_layers.0.attention.dense.weight"),
-        ("layers.{}.attention.out.bias", "encoder.albert_layer_groups.{}.albert_layers.0.attention.dense.bias"),
-        ("layers.{}.attention_norm.weight", "encoder.albert_layer_groups.{}.albert_layers.0.attention.LayerNorm.weight"),
-        ("layers.{}.attention_norm.bias", "encoder.albert_layer_groups.{}.albert_layers.0.attention.LayerNorm.bias"),
-        ("layers.{}.ffn_in.weight", "encoder.albert_layer_groups.{}.albert_layers.0.ffn.weight"),
-        ("layers.{}.ffn_in.bias", "encoder.albert_layer_groups.{}.albert_layers.0.ffn.bias"),
-        ("layers.{}.ffn_out.weight", "encoder.albert_layer_groups.{}.albert_layers.0.ffn_output.weight"),
-        ("layers.{}.ffn_out.bias", "encoder.albert_layer_groups.{}.albert_layers.0.ffn_output.bias"),
-        ("layers.{}.ffn_norm.weight", "encoder.albert_layer_groups.{}.albert_layers.0.full_layer_layer_norm.weight"),
-        ("layers.{}.ffn_norm.bias", "encoder.albert_layer_groups.{}.albert_layers.0.full_layer_layer_norm.bias"),
-    ],
-}
-# Exception 1: our attention has one fused projection; HF has three. Ours = cat(query, key, value)
-# along the output dimension, for both weight and bias.
-QKV_OURS = "layers.{}.attention.qkv.{}"
-QKV_HF = {"bert": "encoder.layer.{}.attention.self.{}.{}",
-          "albert": "encoder.albert_layer_groups.{}.albert_layers.0.attention.{}.{}"}
-QKV_PARTS = ("query", "key", "value")
-# The projection from embedding width to hidden width (ALBERT, ELECTRA)
-PROJECTION_KEYS = {"albert": "encoder.embedding_hidden_mapping_in", "electra": "embeddings_project",
-                   "roformer": "embeddings_project"}
-# Where the pooler lives. ELECTRA and RoFormer have none; RoBERTa's, ELECTRA's and RoFormer's
-# sentence classifiers hold our pooler as their first layer (see `head_keys`). RoFormer pretrained
-# with NSP keeps its pooler in our heads file.
-POOLER_KEYS = {"bert": "pooler.dense", "roberta": "pooler.dense", "albert": "pooler"}
-
-# Heads, by the attribute name a composite model gives them (ours relative to the head module),
-# per family.
-_MLM = {
-    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
-    "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
-    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-    "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias"),
-    "roformer": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
-}
-# NSP; ALBERT's SOP; RoFormer's NSP is ours alone (HF's RoFormerForMaskedLM has no sentence head).
-_SENTENCE = {"bert": "cls.seq_relationship", "albert": "sop_classifier.classifier", "roformer": "bertforge_nsp"}
-# RoFormer's sinusoidal table: HF stores it, though it is a function of the config (see `rotary_table_hf`).
-ROTARY_TABLE = "encoder.embed_positions.weight"
-# Classes HF lacks, saved as the nearest it has (the missing heads go in our heads file). GPT-1's
-# multiple-choice head is the one of HF's double-heads model (LM and choice); HF has no GPT token
-# tagger or span extractor, so those are its bare decoder with our head beside it. HF's
-# RoFormerForMultipleChoice scores the last position (padding, in a padded batch) with no pooler,
-# which our [CLS] pooler and scorer are not: such a model is its encoder, our heads beside it.
-NEAREST_CLASS = {"RoFormerForPreTraining": "RoFormerForMaskedLM", "OpenAIGPTForMultipleChoice": "OpenAIGPTDoubleHeadsModel",
-                 "OpenAIGPTForTokenClassification": "OpenAIGPTModel", "OpenAIGPTForQuestionAnswering": "OpenAIGPTModel",
-                 "RoFormerForMultipleChoice": "RoFormerModel", "GPT2ForMultipleChoice": "GPT2DoubleHeadsModel",
-                 # HF's GPT-2 tagger and span extractor exist, but as heads unlike ours: the same as GPT-1's
-                 "GPT2ForTokenClassification": "GPT2Model", "GPT2ForQuestionAnswering": "GPT2Model",
-                 # GPT-NeoX has no multiple-choice class: its decoder, our head beside it
-                 "GPTNeoXForMultipleChoice": "GPTNeoXModel", "GPTNeoXForTokenClassification": "GPTNeoXModel",
-                 "GPTNeoXForQuestionAnswering": "GPTNeoXModel"}
-
-# ModernBERT and GPT-1: our names -> HF's, by prefix (their fused QKV projections are ours as they
-# are). Which biases exist depends on the config, so the pairs are made from the model's own
-# parameter names.
-RENAMES = {}
-RENAMES["modernbert"] = [
-    ("embeddings.word.", "embeddings.tok_embeddings."),
-    ("embeddings.norm.", "embeddings.norm."),
-    ("layers.{}.attention_norm.", "layers.{}.attn_norm."),
-    ("layers.{}.attention.qkv.", "layers.{}.attn.Wqkv."),
-    ("layers.{}.attention.out.", "layers.{}.attn.Wo."),
-    ("layers.{}.ffn_norm.", "layers.{}.mlp_norm."),
-    ("layers.{}.ffn_in.", "layers.{}.mlp.Wi."),
-    ("layers.{}.ffn_out.", "layers.{}.mlp.Wo."),
-    ("final_norm.", "final_norm."),
-    ("pooler.", "head."),  # the task classes' dense -> act -> LayerNorm over [CLS] (see models.modernbert)
-]
-RENAMES["openai-gpt"] = [
-    ("embeddings.word.", "tokens_embed."),
-    ("embeddings.position.", "positions_embed."),
-    ("layers.{}.attention.qkv.", "h.{}.attn.c_attn."),
-    ("layers.{}.attention.out.", "h.{}.attn.c_proj."),
-    ("layers.{}.attention_norm.", "h.{}.ln_1."),
-    ("layers.{}.ffn_in.", "h.{}.mlp.c_fc."),
-    ("layers.{}.ffn_out.", "h.{}.mlp.c_proj."),
-    ("layers.{}.ffn_norm.", "h.{}.ln_2."),
-]
-# GPT-2's order: the same modules (ln_1 now before attention, ln_2 before the FFN), another name for
-# the embeddings, and the LayerNorm after the last block.
-RENAMES["gpt2"] = [("embeddings.word.", "wte."), ("embeddings.position.", "wpe."),
-                   *RENAMES["openai-gpt"][2:], ("final_norm.", "ln_f.")]
-# GPT-2's order with rotary positions: GPT-NeoX's names (its `input_layernorm` is before attention,
-# `post_attention_layernorm` before the FFN); no position table.
-RENAMES["gpt_neox"] = [
-    ("embeddings.word.", "embed_in."),
-    ("layers.{}.attention.qkv.", "layers.{}.attention.query_key_value."),
-    ("layers.{}.attention.out.", "layers.{}.attention.dense."),
-    ("layers.{}.attention_norm.", "layers.{}.input_layernorm."),
-    ("layers.{}.ffn_in.", "layers.{}.mlp.dense_h_to_4h."),
-    ("layers.{}.ffn_out.", "layers.{}.mlp.dense_4h_to_h."),
-    ("layers.{}.ffn_norm.", "layers.{}.post_attention_layernorm."),
-    ("final_norm.", "final_layer_norm."),
-]
-# Exception: GPT-NeoX's fused projection holds each head's query, key and value together (rows
-# (N, 3, D)); ours holds all queries, then all keys, then all values (rows (3, N, D)).
-NEOX_QKV = (".attention.query_key_value.weight", ".attention.query_key_value.bias")
-# Exception: GPT-1's linear layers are OpenAI's `Conv1D`, whose weight is stored (in, out), the
-# transpose of `nn.Linear`'s.
-CONV1D_WEIGHTS = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+def layout_of(config_or_type) -> HFLayout:
+    """The Hugging Face layout of a config's (or a `model_type`'s) family (see `families.hf_layout`)."""
+    path = family_of(config_or_type).hf
+    return resolve(path) if path else HFLayout()
 
 
-def _linear(ours: str, theirs: str) -> list[tuple[str, str]]:
-    return [(f"{ours}.weight", f"{theirs}.weight"), (f"{ours}.bias", f"{theirs}.bias")]
-
-
-# Ours alone, in every family: a tagger's CRF (no HF class has one; its token classifier loads without it).
-CRF_KEYS = [(name, f"bertforge_crf.{name}") for name in ("transitions", "start", "end")]
+def encoder_of(model: nn.Module) -> tuple[nn.Module, str]:
+    """The encoder of `model` and the HF class `model` is saved as ("" for an encoder alone): a
+    composite (an objective, a task model) keeps its encoder at `.backbone` and names its class."""
+    backbone = getattr(model, "backbone", None)
+    return (model, "") if backbone is None else (backbone, model.architecture)
 
 
 def head_keys(model_type: str, architecture: str = "") -> dict[str, list[tuple[str, str]]]:
     """(ours, HF) names of every head a model of this family and HF class may have."""
-    if model_type in GPT_TYPES:  # the LM head is the token embeddings
-        if architecture.endswith("ForSequenceClassification"):
-            return {"classifier": [("dense.weight", "score.weight")]}  # no bias
-        if architecture.endswith("ForMultipleChoice") and model_type != "gpt_neox":
-            return {"classifier": _linear("dense", "multiple_choice_head.summary")}
-        return {"classifier": _linear("dense", "bertforge_classifier"), "qa": _linear("dense", "bertforge_qa"),
-                "crf": CRF_KEYS}
-    if model_type == "modernbert":
-        # One `head` (dense -> act -> LayerNorm, biases as configured) before the decoder or the
-        # classifier; on every token in the token-level classes (our `transform`), and QA's start
-        # and end logits come from a two-output `classifier`.
-        head = _linear("dense", "head.dense") + _linear("norm", "head.norm")
-        return {"mlm": head + [("bias", "decoder.bias")], "transform": head,
-                "classifier": _linear("dense", "classifier"), "qa": _linear("dense", "classifier"), "crf": CRF_KEYS}
-    dense, norm, bias = _MLM[model_type]
-    heads = {
-        "mlm": _linear("dense", dense) + _linear("norm", norm) + [("bias", bias)],
-        # BertFor{Sequence,Token}Classification, BertForMultipleChoice and their kin
-        "classifier": _linear("dense", "classifier"),
-        "qa": _linear("dense", "qa_outputs"),  # start and end logits
-        "discriminator": _linear("dense", "discriminator_predictions.dense")
-        + _linear("prediction", "discriminator_predictions.dense_prediction"),
-        # Ours alone: the ELMo-style scalar mix of a frozen-feature classifier, SpanBERT's SBO head.
-        "mix": [("weights", "bertforge_mix.weights"), ("gamma", "bertforge_mix.gamma")],
-        "sbo": [(name, f"bertforge_sbo.{name}") for name in (
-            "offset.weight", "dense1.weight", "dense1.bias", "norm1.weight", "norm1.bias",
-            "dense2.weight", "dense2.bias", "norm2.weight", "norm2.bias", "bias")],
-        "crf": CRF_KEYS,
-    }
-    if model_type in _SENTENCE:
-        heads["nsp"] = _linear("dense", _SENTENCE[model_type])
-    if model_type in ("roberta", "electra", "roformer") and architecture.endswith("ForSequenceClassification"):
-        heads["classifier"] = _linear("dense", "classifier.out_proj")
-    if model_type == "roformer" and architecture.endswith("ForMultipleChoice"):
-        heads["classifier"] = _linear("dense", "bertforge_classifier")
-    return heads
-
-
-def pooler_key(model_type: str, architecture: str = "") -> str | None:
-    """The HF name of our pooler's dense layer in this family's class (None: the class has none)."""
-    if model_type in ("roberta", "electra", "roformer") and architecture.endswith("ForSequenceClassification"):
-        return "classifier.dense"  # dense -> tanh (RoBERTa), GELU (ELECTRA) or hidden_act (RoFormer) -> out_proj
-    if model_type == "roformer":
-        ours = architecture == "BertForPreTraining" or architecture.endswith("ForMultipleChoice")
-        return "bertforge_pooler.dense" if ours else None
-    if model_type == "electra" and architecture.endswith("ForMultipleChoice"):
-        return "sequence_summary.summary"  # dense -> GELU, as ELECTRA's pooler
-    return POOLER_KEYS.get(model_type)
+    return layout_of(model_type).head_keys(model_type, architecture)
 
 
 # HF prefixes of heads we know but a given model may not use (so they are skipped, not errors).
@@ -237,7 +62,9 @@ EXTRA_FILE = "bertforge_heads.safetensors"
 LEGACY_SUFFIXES = {".gamma": ".weight", ".beta": ".bias"}
 # Exception 3: buffers or tied copies HF may store that carry no weights of their own.
 DERIVED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.predictions.decoder.bias",
-                "predictions.decoder.bias", "lm_head.decoder.bias", ROTARY_TABLE, "rotary_emb.inv_freq")
+                "predictions.decoder.bias", "lm_head.decoder.bias",
+                "encoder.embed_positions.weight",  # RoFormer's sinusoidal table (a layout's `derived`)
+                "rotary_emb.inv_freq")
 # ... and per layer: GPT-1's and GPT-NeoX's causal-mask buffers and GPT-NeoX's rotary frequencies,
 # which older `transformers` versions saved.
 DERIVED_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias",
@@ -246,60 +73,20 @@ DERIVED_SUFFIXES = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".atte
 TIED_DECODERS = ("cls.predictions.decoder.weight", "predictions.decoder.weight", "lm_head.decoder.weight",
                  "generator_lm_head.weight", "decoder.weight", "lm_head.weight",
                  "embed_out.weight")  # GPT-NeoX's LM head before transformers 5
-# The word-embedding matrix, by family (BERT's name for every family not listed).
-WORD_EMBEDDINGS = {"modernbert": "embeddings.tok_embeddings.weight", "openai-gpt": "tokens_embed.weight",
-                   "gpt2": "wte.weight", "gpt_neox": "embed_in.weight"}
-BERT_WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
 def hf_class(model_type: str, architecture: str) -> str:
     """The HF class of this family for one of ours: `BertForMaskedLM` is `RobertaForMaskedLM` in RoBERTa."""
-    name = FAMILY_CLASS[model_type] + architecture.removeprefix("Bert") if architecture.startswith("Bert") \
-        else architecture
-    return NEAREST_CLASS.get(name, name)
+    return layout_of(model_type).hf_class(model_type, architecture)
 
 
-def encoder_key_map(config: BertConfig | ModernBertConfig | GPTConfig, architecture: str = "",
-                    pooler: bool = True) -> list[tuple[str, str]]:
-    """Every (ours, HF) name pair of the encoder `config` describes, QKV excepted."""
-    if config.model_type in RENAMES:
-        return renamed_key_map(config, architecture, pooler)
-    family = "albert" if config.model_type == "albert" else "bert"
-    pairs = [p for p in EMBEDDING_KEYS if config.model_type != "roformer" or "position" not in p[0]]
-    if config.model_type == "albert" or config.word_size != config.hidden_size:  # as `Bert.project`
-        pairs += _linear("project", PROJECTION_KEYS[config.model_type])
-    for i in range(config.num_hidden_groups or config.num_hidden_layers):
-        pairs += [(ours.format(i), theirs.format(i)) for ours, theirs in LAYER_KEYS[family]]
-    theirs = pooler_key(config.model_type, architecture) if pooler else None
-    return pairs + (_linear("pooler.dense", theirs) if theirs else [])
+def encoder_key_map(config, architecture: str = "", pooler: bool = True) -> list[tuple[str, str]]:
+    """Every (ours, HF) name pair of the encoder `config` describes, fused projections excepted."""
+    def names(with_pooler: bool) -> list[str]:  # our encoder's parameter names, for layouts that rename
+        with torch.device("meta"):  # names only: no memory, no initialisation
+            return list(encoder(config, pooler=with_pooler).state_dict())
 
-
-def renamed_key_map(config: ModernBertConfig | GPTConfig, architecture: str = "", pooler: bool = True) -> list:
-    """(ours, HF) name pairs of a ModernBERT encoder or GPT-1 decoder: its own parameter names
-    renamed by prefix (`RENAMES`). ModernBERT's pooler is HF's `head` in the sentence-level task
-    classes (in the others `head` is a head of ours)."""
-    pooler = pooler and architecture.endswith(("ForSequenceClassification", "ForMultipleChoice"))
-    pairs = []
-    with torch.device("meta"):  # names only: no memory, no initialisation
-        names = encoder(config, pooler=pooler).state_dict()
-    for name in names:
-        layer = name.split(".")[1] if name.startswith("layers.") else None
-        for ours, theirs in RENAMES[config.model_type]:
-            ours = ours.format(layer)
-            if name.startswith(ours):
-                pairs.append((name, theirs.format(layer) + name.removeprefix(ours)))
-                break
-    return pairs
-
-
-def _qkv_names(config: BertConfig | ModernBertConfig | GPTConfig):
-    """(our fused name, HF's three names) for each layer's weight and bias."""
-    if config.model_type in RENAMES:
-        return  # fused in HF too
-    template = QKV_HF["albert" if config.model_type == "albert" else "bert"]
-    for i in range(config.num_hidden_groups or config.num_hidden_layers):
-        for kind in ("weight", "bias"):
-            yield QKV_OURS.format(i, kind), [template.format(i, part, kind) for part in QKV_PARTS]
+    return layout_of(config).encoder_keys(config, architecture, pooler, names)
 
 
 def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
@@ -307,7 +94,7 @@ def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architectu
     pooler = "pooler.dense.weight" in state
     out = {theirs: _layout(theirs, state[ours], config, to_hf=True)
            for ours, theirs in encoder_key_map(config, architecture, pooler)}
-    for ours, names in _qkv_names(config):
+    for ours, names in layout_of(config).fused(config):
         out.update(zip(names, state[ours].chunk(3, dim=0)))
     return out
 
@@ -324,7 +111,7 @@ def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, archit
         if theirs in tensors:
             state[ours] = _layout(theirs, tensors[theirs], config, to_hf=False)
             used.add(theirs)
-    for ours, names in _qkv_names(config):
+    for ours, names in layout_of(config).fused(config):
         if all(n in tensors for n in names):
             state[ours] = torch.cat([tensors[n] for n in names], dim=0)
             used.update(names)
@@ -332,16 +119,8 @@ def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, archit
 
 
 def _layout(name: str, tensor: torch.Tensor, config, to_hf: bool) -> torch.Tensor:
-    """HF's tensor `name` from ours (`to_hf`) or ours from it, where the layouts differ: GPT-1's
-    Conv1D weights are nn.Linear's transposed (the same both ways); GPT-NeoX's fused QKV rows are
-    grouped by head (see `NEOX_QKV`)."""
-    if name.endswith(CONV1D_WEIGHTS):
-        return tensor.t()
-    if name.endswith(NEOX_QKV):
-        heads = config.num_attention_heads
-        grouped = (3, heads) if to_hf else (heads, 3)  # the row order of the tensor given
-        return tensor.unflatten(0, (*grouped, -1)).transpose(0, 1).reshape(tensor.shape)
-    return tensor
+    """HF's tensor `name` from ours (`to_hf`) or ours from it, where the family's layouts differ."""
+    return layout_of(config).convert(name, tensor, config, to_hf)
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -396,15 +175,15 @@ def shard_files(index: str) -> list[str]:
 
 def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: str = "bert") -> dict:
     """Strip the family's prefix, rename legacy gamma/beta, drop derived keys, check tied decoders."""
-    out = {}
+    out, layout = {}, layout_of(model_type)
     for key, tensor in tensors.items():
-        key = key.removeprefix(ENCODER_PREFIX.get(model_type, model_type) + ".")
+        key = key.removeprefix(layout.prefix(model_type) + ".")
         for old, new in LEGACY_SUFFIXES.items():
             if key.endswith(old) and "LayerNorm" in key:
                 key = key[: -len(old)] + new
         if key not in DERIVED_KEYS and not key.endswith(DERIVED_SUFFIXES):
             out[key] = tensor
-    word_key = WORD_EMBEDDINGS.get(model_type, BERT_WORD_EMBEDDINGS)
+    word_key = layout.word_embeddings(model_type)
     for name in TIED_DECODERS:
         decoder = out.pop(name, None)
         if decoder is not None and word_key not in out:
@@ -430,7 +209,7 @@ def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu"
     already read.
     """
     config = config or read_config(directory)
-    model = encoder(config, **options) if cls is None or cls in ENCODERS else cls(config, **options)
+    model = encoder(config, **options) if cls is None else cls(config, **options)
     for sub, part in parts(model).items():
         load_into(part, _join(directory, sub), new_heads, config if not sub else None)
     return model.to(device)
@@ -444,11 +223,11 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     config = config or read_config(directory)
     tensors, source = read_weights(directory, config.model_type)
     _check_tokenizer(directory, config)
-    body, architecture = (model, "") if isinstance(model, ENCODERS) else (model.backbone, model.architecture)
+    body, architecture = encoder_of(model)
     state, used = encoder_from_hf(tensors, config, architecture, pooler=body.pooler is not None)
     allowed_missing = {f"pooler.{layer}.{kind}" for layer in ("dense", "norm") for kind in ("weight", "bias")}
     fresh = set()  # new task heads: expected to be missing, so no warning
-    if not isinstance(model, ENCODERS):
+    if body is not model:
         state = {"backbone." + k: v for k, v in state.items()}
         allowed_missing = {"backbone." + k for k in allowed_missing}
         for name, pairs in head_keys(config.model_type, architecture).items():
@@ -493,7 +272,7 @@ def save_pretrained(model: nn.Module, directory: str, tokenizer=None) -> None:
     encoder at `.backbone`, head modules named as in `head_keys`, and an `architecture` attribute naming
     the HF class; an objective made of several models (ELECTRA) writes each (see `parts`).
     """
-    check_vocab_fits(tokenizer, (model if isinstance(model, ENCODERS) else model.backbone).config)
+    check_vocab_fits(tokenizer, encoder_of(model)[0].config)
     with atomic_directory(directory) as tmp:
         write_parts(model, tmp, tokenizer)
 
@@ -560,17 +339,16 @@ def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: B
 
 def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig | ModernBertConfig]:
     """The HF-named tensors and config of `model` (see `save_pretrained`)."""
-    if isinstance(model, ENCODERS):
-        body, architecture, prefix = model, "BertModel", ""
+    body, architecture = encoder_of(model)
+    if body is model:
+        architecture, prefix = "BertModel", ""
     else:
-        body, architecture = model.backbone, model.architecture
-        prefix = ENCODER_PREFIX.get(body.config.model_type, body.config.model_type) + "."
+        prefix = layout_of(body.config).prefix(body.config.model_type) + "."
     model_type = body.config.model_type
     config = dataclasses.replace(body.config, architectures=[hf_class(model_type, architecture)])
     tensors = {(k if k.startswith(("bertforge_", "head.")) else prefix + k): v  # heads: not under HF's prefix
                for k, v in encoder_to_hf(body.state_dict(), config, architecture).items()}
-    if model_type == "roformer":
-        tensors[prefix + ROTARY_TABLE] = rotary_table_hf(config)
+    tensors.update(layout_of(config).derived(config, prefix))  # what HF stores that the config implies
     if prefix:
         for name, pairs in head_keys(model_type, architecture).items():
             head = getattr(model, name, None)
@@ -578,12 +356,6 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig | Moder
                 head_state = head.state_dict()
                 tensors.update({theirs: head_state[ours] for ours, theirs in pairs if ours in head_state})
     return tensors, config
-
-
-def rotary_table_hf(config: BertConfig) -> torch.Tensor:
-    """HF's RoFormer sinusoidal table (positions, D): the sines of each pair's angle, then the cosines."""
-    cos, sin = rotary_tables(torch.arange(config.max_position_embeddings), config.head_size)
-    return torch.cat([sin[:, ::2], cos[:, ::2]], dim=-1)
 
 
 def parts(model: nn.Module) -> dict[str, nn.Module]:

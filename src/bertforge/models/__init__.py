@@ -7,11 +7,6 @@ encoder (objectives, task heads, checkpoints) goes through it.
 """
 
 from ..families import family_of
-from .bert import Bert
-from .gpt import GPT
-from .modernbert import ModernBert
-
-ENCODERS = (Bert, ModernBert, GPT)
 
 
 def encoder(config, pooler: bool = True):

@@ -24,7 +24,6 @@ from ..families import family_of
 from ..checkpoint import label_names_of, read_config
 from ..formats.hf import has_masked_lm_head
 from ..load import load
-from ..models.bert import Bert
 from ..predictor import answers
 from ..tasks.common import token_types
 from .limits import Cost
@@ -81,7 +80,7 @@ class Engine:
             found.append("fill-mask")
         if self.task is not None:
             found.append("predict")
-        if isinstance(self.encoder, Bert):
+        if "attention" in family_of(self.config).uses:
             found.append("attention")
         return found
 

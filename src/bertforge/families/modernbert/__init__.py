@@ -1,12 +1,13 @@
 """ModernBERT (Warner et al., 2024): a pre-LayerNorm encoder with rotary positions, GeGLU and
 local/global attention, pretrained with masked LM alone."""
 
-from ..config.bert import PRESETS
-from ..config.modernbert import ModernBertConfig
-from .base import Family, Objective
+from ...config.bert import PRESETS
+from ...config.modernbert import ModernBertConfig
+from ..base import Family, Objective
 
 FAMILY = Family(
-    name="modernbert", model_types=("modernbert",), config=ModernBertConfig, presets=PRESETS,
+    name="modernbert", hf="bertforge.families.modernbert.hf:LAYOUT",
+    model_types=("modernbert",), config=ModernBertConfig, presets=PRESETS,
     # masked LM alone (30% in its recipe) on packed full sentences
     objectives=(Objective("modernbert", "modernbert", ("mlm",), "bertforge.models.objectives:masked_lm",
                           positions=("rotary",), rotary=True, mask_prob=0.3),),

@@ -2,12 +2,13 @@
 GPT-2's (a flag: `layer_norm`), with learned or rotary positions (`positions`, GPT-NeoX's), fine-tuned
 through its input transforms."""
 
-from ..config.bert import PRESETS
-from ..config.gpt import GPT_TYPES, GPTConfig
-from .base import Family, Objective
+from ...config.bert import PRESETS
+from ...config.gpt import GPT_TYPES, GPTConfig
+from ..base import Family, Objective
 
 FAMILY = Family(
-    name="gpt", model_types=GPT_TYPES, config=GPTConfig, presets=PRESETS,
+    name="gpt", hf="bertforge.families.gpt.hf:LAYOUT",
+    model_types=GPT_TYPES, config=GPTConfig, presets=PRESETS,
     # Every next token predicted over the same packed rows, nothing masked. The small-budget recipe
     # takes GPT-2's layer order and decays the rate along a cosine, as GPT-1's paper did; the
     # paper's recipe is Radford et al.'s: 2.5e-4, cosine, GPT-1's order. Rotary positions (GPT-2's

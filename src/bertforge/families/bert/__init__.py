@@ -2,8 +2,8 @@
 (BERT with rotary positions). The variants are flags on one `BertConfig` (positions, factorised
 embeddings, shared layers), not families of their own."""
 
-from ..config.bert import MODEL_TYPES, PRESETS, BertConfig
-from .base import Family, Objective
+from ...config.bert import MODEL_TYPES, PRESETS, BertConfig
+from ..base import Family, Objective
 
 MASKED = "bertforge.models.objectives:masked_lm"
 
@@ -30,9 +30,10 @@ OBJECTIVES = (
 )
 
 FAMILY = Family(
-    name="bert", model_types=MODEL_TYPES, config=BertConfig, presets=PRESETS, objectives=OBJECTIVES,
+    name="bert", hf="bertforge.families.bert.hf:LAYOUT",
+    model_types=MODEL_TYPES, config=BertConfig, presets=PRESETS, objectives=OBJECTIVES,
     encoder="bertforge.models.bert:Bert", task_model="bertforge.tasks.common:encoder_task_model",
     finetuning="bertforge.recipe:finetuning_by_width", new_config="bertforge.config.bert:pretraining_config",
     embedder="bertforge.embed:Embedder", describe="BERT-family",
-    uses=("embed", "fill-mask", "evaluate-lm", "serve", "onnx"), lm="masked",
+    uses=("embed", "fill-mask", "evaluate-lm", "serve", "attention", "onnx"), lm="masked",
 )
