@@ -23,6 +23,7 @@ import glob
 import io
 import json
 import os
+import fnmatch
 import re
 import shlex
 import subprocess
@@ -651,6 +652,23 @@ def test_the_layout_page_names_every_module():
     missing = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py")) if p.name != "__init__.py"
                and not {"__pycache__", "cli"} & set(p.parts) and p.name not in named]
     assert not missing, f"docs/layout.md does not name: {missing}"
+
+
+def test_the_test_map_covers_every_module_and_test_file():
+    """docs/architecture.md's "Where the tests are": every module of the package falls under a row
+    (a path or a folder/*), and every test file is named in a row, so the map stays whole."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    table = page.split("## Where the tests are", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| `")]
+    sources = [p for cell, _ in rows for p in re.findall(r"`([^`]+)`", cell)]
+    tests = {t for _, cell in rows for t in re.findall(r"`(test_\w+\.py)`", cell)}
+    package = ROOT / "src" / "bertforge"
+    modules = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py")) if "__pycache__" not in p.parts]
+    unmapped = [m for m in modules if not any(fnmatch.fnmatch(m, pattern) for pattern in sources)]
+    assert not unmapped, f"no row of the test map holds {unmapped}"
+    files = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert files - tests == set(), f"the test map does not name {sorted(files - tests)}"
+    assert tests - files == set(), f"the test map names missing files {sorted(tests - files)}"
 
 
 # Provenance: every measured figure names the command, commit, date and machine that made it.
