@@ -41,6 +41,10 @@ class HFLayout:
 
     classes: dict[str, str] = {}
     nearest: dict[str, str] = {}
+    # HF names of the encoder's tensors that sit beside the encoder's prefix, not under it (ours alone)
+    outside: tuple[str, ...] = ("bertforge_",)
+    # decoders HF stores that are the word embeddings (checked equal, then dropped), beyond the common ones
+    tied: tuple[str, ...] = ()
 
     def hf_class(self, model_type: str, architecture: str) -> str:
         """The HF class of this family for one of ours: `BertForMaskedLM` is `RobertaForMaskedLM` in RoBERTa."""
@@ -69,6 +73,12 @@ class HFLayout:
         """(ours, HF) names of every head a model of this family and HF class may have, by the
         attribute name our composite model gives the head."""
         return {"crf": CRF_KEYS}
+
+    def known_heads(self, model_type: str) -> tuple[str, ...]:
+        """Prefixes of HF names that belong to this family's heads: skipped where a model lacks the
+        head, not reported as unexpected."""
+        names = {theirs.split(".")[0] + "." for pairs in self.head_keys(model_type).values() for _, theirs in pairs}
+        return tuple(sorted(names)) + self.outside
 
     def convert(self, name: str, tensor, config, to_hf: bool):
         """HF's tensor `name` from ours (`to_hf`) or ours from it, where the layouts differ."""

@@ -184,7 +184,7 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
         if key not in DERIVED_KEYS and not key.endswith(DERIVED_SUFFIXES):
             out[key] = tensor
     word_key = layout.word_embeddings(model_type)
-    for name in TIED_DECODERS:
+    for name in TIED_DECODERS + layout.tied:
         decoder = out.pop(name, None)
         if decoder is not None and word_key not in out:
             # `transformers` may keep a tied matrix under the head's name alone (GPT's double-heads model)
@@ -241,7 +241,8 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
                     used.add(theirs)
                 elif new_heads:
                     fresh.add(f"{name}.{ours}")
-    unexpected = [k for k in tensors if k not in used and not k.startswith(KNOWN_HEAD_PREFIXES)]
+    known = KNOWN_HEAD_PREFIXES + layout_of(config).known_heads(config.model_type)
+    unexpected = [k for k in tensors if k not in used and not k.startswith(known)]
     # Other parts of the model (ELECTRA's generator) come from their own directories.
     elsewhere = {k for k in model.state_dict() for sub in parts(model) if sub and k.startswith(sub + ".")}
     load_state(model, state, source, unexpected, allowed_missing | fresh | elsewhere, quiet=fresh | elsewhere)
@@ -346,7 +347,8 @@ def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig | Moder
         prefix = layout_of(body.config).prefix(body.config.model_type) + "."
     model_type = body.config.model_type
     config = dataclasses.replace(body.config, architectures=[hf_class(model_type, architecture)])
-    tensors = {(k if k.startswith(("bertforge_", "head.")) else prefix + k): v  # heads: not under HF's prefix
+    outside = layout_of(config).outside
+    tensors = {(k if k.startswith(outside) else prefix + k): v  # heads: not under HF's prefix
                for k, v in encoder_to_hf(body.state_dict(), config, architecture).items()}
     tensors.update(layout_of(config).derived(config, prefix))  # what HF stores that the config implies
     if prefix:

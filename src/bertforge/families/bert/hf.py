@@ -77,6 +77,7 @@ class BertLayout(HFLayout):
     # HF's RoFormerForMultipleChoice scores the last position (padding, in a padded batch) with no
     # pooler, which our [CLS] pooler and scorer are not: such a model is its encoder, our heads beside it.
     nearest = {"RoFormerForPreTraining": "RoFormerForMaskedLM", "RoFormerForMultipleChoice": "RoFormerModel"}
+    outside = ("bertforge_", "head.")
 
     def encoder_keys(self, config, architecture: str, pooler: bool, names) -> list[tuple[str, str]]:
         shared = "albert" if config.model_type == "albert" else "bert"

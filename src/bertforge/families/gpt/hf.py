@@ -54,6 +54,7 @@ class GPTLayout(HFLayout):
                # GPT-NeoX has no multiple-choice class: its decoder, our head beside it
                "GPTNeoXForMultipleChoice": "GPTNeoXModel", "GPTNeoXForTokenClassification": "GPTNeoXModel",
                "GPTNeoXForQuestionAnswering": "GPTNeoXModel"}
+    outside = ("bertforge_", "head.")
 
     def prefix(self, model_type: str) -> str:
         return "gpt_neox" if model_type == "gpt_neox" else "transformer"

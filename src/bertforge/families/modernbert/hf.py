@@ -22,6 +22,7 @@ RENAMES = [
 
 class ModernBertLayout(HFLayout):
     classes = {"modernbert": "ModernBert"}
+    outside = ("bertforge_", "head.")  # the task classes' `head` sits beside `model.`
 
     def prefix(self, model_type: str) -> str:
         return "model"
