@@ -290,7 +290,7 @@ def quality_peer(settings: dict) -> dict:
 def quality(args, size: dict) -> dict:
     """Ours, then (unless --no-peer) the peer, each in its own process, one after the other."""
     from bertforge.config.marian import PRESETS
-    from bertforge.train_translation import SCHEDULES
+    from bertforge.families import translation_archs
 
     if os.path.exists(os.path.join(args.out, "ours")):
         sys.exit(f"{os.path.join(args.out, 'ours')} exists: choose another --out, or remove it")
@@ -299,7 +299,7 @@ def quality(args, size: dict) -> dict:
     if args.arch == "lstm":  # CoVe's model: its own sizes, ours alone (the peer is a Transformer)
         if not (args.word_vectors and args.no_peer):
             sys.exit("--arch lstm needs --word-vectors FILE and --no-peer (the peer is a Transformer)")
-        # The LSTM's own schedule (train_translation.SCHEDULES); checkpoints every 250 steps give
+        # The LSTM's own schedule (its family's record); checkpoints every 250 steps give
         # the average a last stretch.
         ours.update(arch="lstm", word_vectors=os.path.abspath(args.word_vectors),
                     preset="cove-tiny" if args.quick else "cove", save_every=250)
@@ -307,7 +307,7 @@ def quality(args, size: dict) -> dict:
         ours["overrides"] = {"dropout": args.dropout}
     if args.quick:
         ours.update(bleu_sentences=50, warmup=100)
-    lr, warmup = SCHEDULES["transformer"]
+    lr, warmup = translation_archs()["transformer"].schedule
     recipe = {"lr": lr, "warmup": ours.get("warmup", warmup)}  # the peer's: ours
     settings = {"pair": args.pair, "out": args.out, "minutes": minutes, "peer_minutes": args.peer_minutes or minutes,
                 "sentences": size["sentences"], "first": 500 if not args.quick else 25, "ours": ours,

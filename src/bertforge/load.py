@@ -74,14 +74,19 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
 def read_model(directory: str, config, family: Family, build=None, device: str | torch.device = "cpu",
                **options) -> nn.Module:
     """The weights of `directory` in the model `build(config)` makes, read in the family's format."""
-    default = resolve(family.objectives[0].build) if family.native and not family.checkpoint else None
+    # bertforge's own layout: by default the model pretraining saved, or a translation family's encoder-decoder
+    default = resolve(family.objectives[0].build) if family.native and family.objectives and not family.checkpoint \
+        else None
     check_model_size(lambda c: (build or default or resolve(family.encoder))(c, **options), config,
                      os.path.join(directory, "config.json"), device)  # before any memory is taken
     if family.checkpoint:  # a layout of the family's own (MarianMT's); by default its model
         own = resolve(family.checkpoint + ":load_model")
         return own(lambda c: (build or resolve(family.encoder))(c, **options), directory, device, config=config)
-    if family.native:  # bertforge's own layout; by default the model pretraining saved
-        build = build or resolve(family.objectives[0].build)
+    if family.native and (build or default) is None:  # a translation family: its model, saved within its objective
+        return native.load_model(lambda c: resolve(family.encoder)(c, **options), directory, device, config,
+                                 backbone=True)
+    if family.native:
+        build = build or default
         return native.load_model(lambda c: build(c, **options), directory, device, config)
     return load_pretrained(directory, cls=build, device=device, config=config, **options)
 

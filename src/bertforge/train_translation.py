@@ -22,7 +22,7 @@ from .checks import check_options
 from .data.cove_vocab import CoveTokenizer, check_coverage, describe_coverage
 from .data.parallel import TokenBatches, TranslationTokenizer, encode_pairs, parallel_files, read_parallel
 from .errors import BertforgeError
-from .families import family_of, resolve
+from .families import family_of, resolve, translation_archs
 from .formats.word_vectors import read_vectors
 from .hub import model_path
 from .models.translation import TranslationObjective
@@ -40,13 +40,9 @@ from .translate import DecodeOptions, translate
 TOKENIZER_DIR = "tokenizer"
 
 
-# --arch -> the model type it builds; each family's record has its config, presets and model.
-ARCHITECTURES = {"transformer": "marian", "lstm": "cove"}
-# Peak learning rate and warm-up steps of each arch's inverse-square-root schedule. The paper's
-# warm-up is 4,000 steps of 25k-token batches; 1,000 of 4k suit Multi30k's hour. An LSTM needs
-# little warm-up (OpenNMT's Adam recipe has none): measured on Multi30k en-de, lr 2e-3 with 200
-# steps gave validation BLEU 22.0 at step 1,000 where the Transformer's 1e-3 and 1,000 gave 13.4.
-SCHEDULES = {"transformer": (1e-3, 1000), "lstm": (2e-3, 200)}
+# --arch -> the translation family it builds (`families.translation_archs`): each family's record has
+# its config, presets, model and schedule. Runs of the default arch keep no "arch" in run_config.json.
+DEFAULT_ARCH = "transformer"
 # Fine-tuning a trained model (--init): a small rate, as Hugging Face's translation fine-tuning
 # examples for OPUS-MT use (2e-5 to 5e-5), reached after a short warm-up.
 INIT_SCHEDULE = (5e-5, 100)
@@ -56,7 +52,7 @@ PYTHON_ONLY = ("save_every", "progress")
 
 @whole_command
 def train_translation(source_lang: str, target_lang: str, train: str, dev: str, out: str, *,
-                      arch: str = "transformer", word_vectors: str | None = None, init: str | None = None,
+                      arch: str = DEFAULT_ARCH, word_vectors: str | None = None, init: str | None = None,
                       min_vector_coverage: float = 0.5, preset: str | None = None,
                       vocab_size: int = 8000, vocab_kind: str = "bpe", batch_tokens: int = 4096,
                       max_seq_length: int = 256, steps: int | None = None, max_minutes: float | None = None,
@@ -70,7 +66,7 @@ def train_translation(source_lang: str, target_lang: str, train: str, dev: str, 
     {...}}) into `out`; returns the trainer's summary with the final validation scores. Every keyword
     is the command's option of the same name (its argparse dest), with the command's default; None
     is "not given", and is resolved here, for the command line and Python alike: the peak rate and
-    warm-up are the arch's (`SCHEDULES`), the size its family's default. `arch`: "transformer" (the
+    warm-up are the arch's (its family's `schedule`), the size its family's default. `arch`: "transformer" (the
     paper's, one joint sub-word vocabulary) or "lstm" (CoVe's attentional LSTM over the fixed
     `word_vectors`, a GloVe or word2vec file; sub-words on the target side only). `warmup`: steps,
     or a fraction (< 1) of `steps`. `average`: the model written to `out/model` is the mean of the
@@ -139,17 +135,19 @@ class _Plan:
 def _plan(o: dict, overrides: dict | None) -> _Plan:
     """The arch's family and size, the schedule (the arch's, or `INIT_SCHEDULE` from --init) and the
     model's overrides, each checked against the others."""
-    if o["arch"] not in ARCHITECTURES:
-        raise BertforgeError(f"unknown arch {o['arch']!r}; choose one of {', '.join(ARCHITECTURES)}")
-    if o["arch"] != "transformer" and (o["pre_ln"] or o["untie_output"]):
-        raise BertforgeError("--pre-ln and --untie-output are the Transformer's (--arch transformer)")
+    archs = translation_archs()
+    if o["arch"] not in archs:
+        raise BertforgeError(f"unknown arch {o['arch']!r}; choose one of {', '.join(archs)}")
+    family = archs[o["arch"]]
+    layout = {"normalize_before": o["pre_ln"], "tie_word_embeddings": o["untie_output"]}  # --pre-ln, --untie-output
+    if any(layout.values()) and not set(layout) <= {f.name for f in dataclasses.fields(family.config)}:
+        raise BertforgeError(f"--pre-ln and --untie-output are not for --arch {o['arch']}")
     overrides = {**(overrides or {}), **({"normalize_before": True} if o["pre_ln"] else {}),
                  **({"dropout": o["dropout"]} if o["dropout"] is not None else {}),
                  **({"tie_word_embeddings": False} if o["untie_output"] else {})}
-    family = family_of(ARCHITECTURES[o["arch"]])
     init = model_path(o["init"]) if o["init"] is not None else None  # a Hub name: its folder in the cache
     init_config = _init_config(init, family, o["preset"], o["pre_ln"] or o["untie_output"]) if init else None
-    schedule = INIT_SCHEDULE if init is not None else SCHEDULES[o["arch"]]
+    schedule = INIT_SCHEDULE if init is not None else family.schedule
     warmup = o["warmup"]
     if warmup is not None and warmup < 1:  # a fraction, as pretrain's and finetune's --warmup
         if o["steps"] is None:
@@ -161,9 +159,11 @@ def _plan(o: dict, overrides: dict | None) -> _Plan:
                              f"{', '.join(family.presets)}")
     if o["source_lang"] == o["target_lang"]:
         raise BertforgeError(f"the source and target languages are both {o['source_lang']!r}")
-    if (o["arch"] == "lstm") != (o["word_vectors"] is not None):
-        raise BertforgeError("--word-vectors goes with --arch lstm, which reads them (bertforge word-vectors makes some)"
-                             if o["word_vectors"] else "--arch lstm reads fixed word vectors: give --word-vectors FILE")
+    if family.word_vectors != (o["word_vectors"] is not None):
+        readers = " or ".join(a for a, f in archs.items() if f.word_vectors)
+        raise BertforgeError(f"--word-vectors goes with --arch {readers}, which reads them (bertforge word-vectors "
+                             "makes some)" if o["word_vectors"] else
+                             f"--arch {o['arch']} reads fixed word vectors: give --word-vectors FILE")
     return _Plan(family, init, init_config, preset, schedule[0] if o["lr"] is None else o["lr"],
                  schedule[1] if warmup is None else int(warmup), overrides)
 
@@ -175,8 +175,10 @@ def _run_config(o: dict, plan: _Plan) -> dict:
                   "vocab_size": o["vocab_size"], "vocab_kind": o["vocab_kind"], "max_tokens": o["batch_tokens"],
                   "max_length": o["max_seq_length"], "label_smoothing": o["label_smoothing"],
                   "overrides": plan.overrides}
-    if o["word_vectors"]:  # (absent for the Transformer, as in runs made before the LSTM, which still resume)
-        run_config.update(arch=o["arch"], word_vectors=os.path.abspath(o["word_vectors"]))
+    if o["arch"] != DEFAULT_ARCH:  # (absent for the default, as in runs made before other archs, which still resume)
+        run_config["arch"] = o["arch"]
+    if o["word_vectors"]:
+        run_config["word_vectors"] = os.path.abspath(o["word_vectors"])
     if plan.init is not None:  # (absent when not given, as in runs made before --init, which still resume)
         run_config.update(init=os.path.abspath(plan.init), preset=None, vocab_size=None, vocab_kind=None)
     # what the files held: resuming over other text at the same paths is refused (check_same_settings)

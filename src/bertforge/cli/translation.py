@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from ..families import translation_archs
 from .common import MAX_MINUTES_HELP, REPORT_TO, HelpFormatter, add_device, add_path, keywords, renamed, resolve_device
-
-# config/marian.py's and config/cove.py's, named here so that --help needs no torch
-PRESETS = ["mt-tiny", "multi30k", "base", "big", "cove-tiny", "cove"]
 
 
 def add_command(commands) -> None:
@@ -27,7 +25,8 @@ def _add_train(commands) -> None:
     p.add_argument("--dev", required=True, help="the validation pairs, given as --train")
     renamed(p, "--valid", "--dev")
     p.add_argument("--out", required=True, help="the run's folder: checkpoints, metrics.jsonl, model/")
-    p.add_argument("--arch", choices=["transformer", "lstm"], default="transformer",
+    archs = translation_archs()  # the records are torch-free: --help imports no torch
+    p.add_argument("--arch", choices=list(archs), default="transformer",
                    help="transformer: Vaswani et al.'s; lstm: CoVe's attentional LSTM encoder-decoder over fixed "
                         "--word-vectors (McCann et al., 2017)")
     p.add_argument("--init", metavar="MODEL",
@@ -40,7 +39,7 @@ def _add_train(commands) -> None:
     p.add_argument("--min-vector-coverage", type=float, default=0.5,
                    help="--arch lstm: refuse to train when a smaller share of the training sources' words have a "
                         "word vector (the others all read one zero vector); 0 trains whatever the share")
-    p.add_argument("--preset", choices=PRESETS,
+    p.add_argument("--preset", choices=[name for family in archs.values() for name in family.presets],
                    help="the model's size (default: multi30k for the transformer, cove for the lstm)")
     p.add_argument("--vocab-size", type=int, default=8000, help="size of the joint sub-word vocabulary")
     p.add_argument("--vocab-kind", choices=["bpe", "unigram"], default="bpe", help="the sub-word model")

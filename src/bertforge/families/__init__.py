@@ -12,7 +12,7 @@ from . import awd_lstm, bert, cove, elmo, gpt, marian, modernbert
 from .base import USES, Family, Objective, resolve
 
 __all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "family_of", "objective",
-           "objective_names", "register", "resolve", "unregister"]
+           "objective_names", "register", "resolve", "translation_archs", "unregister"]
 
 FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.FAMILY, elmo.FAMILY, marian.FAMILY,
                           cove.FAMILY]
@@ -39,6 +39,11 @@ def family_of(config_or_type) -> Family:
             return family
     known = ", ".join(t for f in FAMILIES for t in f.model_types)
     raise BertforgeError(f"unknown model_type {model_type!r}; bertforge reads {known}")
+
+
+def translation_archs() -> dict:
+    """The translation families by the name `train-translation --arch` builds them by."""
+    return {family.arch: family for family in FAMILIES if family.arch}
 
 
 def objective_names() -> list[str]:

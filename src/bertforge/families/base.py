@@ -122,6 +122,11 @@ class Family:
     input_transforms: bool = False
     checkpoint: str | None = None
     hf: str | None = None
+    # A translation family: the name `train-translation --arch` builds it by, the peak rate and
+    # warm-up steps of its inverse-square-root schedule, and whether it reads fixed word vectors.
+    arch: str | None = None
+    schedule: tuple[float, int] | None = None
+    word_vectors: bool = False
     tokenizer: str | None = None
     instead_of_finetuning: str = ""  # what a family that fine-tunes for no task does instead, said when asked
 

@@ -100,17 +100,18 @@ def load(model: nn.Module, directory: str, config) -> None:
     load_state(model, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
 
 
-def load_encoder(model: nn.Module, directory: str, config) -> None:
+def load_encoder(model: nn.Module, directory: str, config, into: nn.Module | None = None) -> None:
     """Only the encoder's weights (`bert.` in the file) of the model in `directory` (whose config is
-    `config`) into `model.backbone`: a new task starts from a language model with a fresh head."""
+    `config`) into `model.backbone` (or `into`): a new task starts from a language model with a fresh head."""
     check_words(directory, config)
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
     tensors = {k.removeprefix(FILE_PREFIX): v for k, v in read_safetensors(path).items() if k.startswith(FILE_PREFIX)}
     check_finite(tensors, path)
-    unexpected = [k for k in tensors if k not in model.backbone.state_dict()]
-    load_state(model.backbone, tensors, path, unexpected)
+    target = model.backbone if into is None else into
+    unexpected = [k for k in tensors if k not in target.state_dict()]
+    load_state(target, tensors, path, unexpected)
 
 
 def parameter_count(directory: str) -> int:
@@ -134,10 +135,15 @@ def check_native(config, directory: str):
     return config
 
 
-def load_model(build, directory: str, device: str | torch.device = "cpu", config=None) -> nn.Module:
+def load_model(build, directory: str, device: str | torch.device = "cpu", config=None,
+               backbone: bool = False) -> nn.Module:
     """`build(config)` (a model class, or a task's builder) from the directory's config (`config`
-    when already read), loaded with its weights."""
+    when already read), loaded with its weights; with `backbone`, the model is what the saved
+    objective held at `.backbone` (a translation family's encoder-decoder), read on its own."""
     config = read_config(directory) if config is None else config
     model = build(config)
-    load(model, directory, config)
+    if backbone:
+        load_encoder(model, directory, config, into=model)
+    else:
+        load(model, directory, config)
     return model.to(device)
