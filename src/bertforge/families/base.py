@@ -122,6 +122,11 @@ class Family:
     input_transforms: bool = False
     checkpoint: str | None = None
     hf: str | None = None
+    # Quirks of HF's task classes for the family: a builder `(config) -> nn.Module` of the transform
+    # its token-level classes put on every token before the classifier (ModernBERT's), and whether its
+    # multiple-choice class scores through `num_labels` outputs, so that one label is saved (GPT-1's).
+    token_head: str | None = None
+    one_choice_label: bool = False
     # A translation family: the name `train-translation --arch` builds it by, the peak rate and
     # warm-up steps of its inverse-square-root schedule, and whether it reads fixed word vectors.
     arch: str | None = None

@@ -14,15 +14,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import BertConfig, GPTConfig
+from ..config import BertConfig
+from ..families import family_of
 from ..errors import BertforgeError
 from ..models.heads import ClassifierHead
 from ..metrics import accuracy
 from ..models import encoder
 from ..models.bert import init_weights
-from .kind import TaskKind
 from .common import auxiliary_lm, build_task_model, finetuned_config, inference_batches, pad, place, read_records, token_types
 from .common import field as column_of
+from .kind import TaskKind
 
 
 @dataclass
@@ -125,7 +126,7 @@ class MultipleChoiceTask(TaskKind):
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-        if isinstance(config, GPTConfig):  # HF's multiple-choice head projects to num_labels: one score
+        if family_of(config).one_choice_label:  # HF's multiple-choice head projects to num_labels: one score
             extra["id2label"] = {0: "LABEL_0"}
         return finetuned_config(config, self, drop=("id2label", "problem_type"), **extra)
 

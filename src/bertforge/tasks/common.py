@@ -16,7 +16,7 @@ import torch
 from ..data.batches import Position
 from ..data.corpus import json_object
 from ..errors import BertforgeError
-from ..families import family_of
+from ..families import family_of, resolve
 from ..losses import next_token_loss
 from ..paths import why_missing
 
@@ -412,6 +412,11 @@ def pad(rows: list[list[int]], value: int) -> torch.Tensor:
 
 def to_device(batch: dict, device) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def token_head(config):
+    """The transform the family's token-level task classes put on every token (ModernBERT's head)."""
+    return resolve(family_of(config).token_head)(config)
 
 
 def build_task_model(task, config):

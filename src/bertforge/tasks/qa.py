@@ -25,8 +25,6 @@ from ..models.heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
 from ..models import encoder
 from ..models.bert import init_weights
-from ..models.modernbert import Head
-from .kind import TaskKind
 from .common import (
     auxiliary_lm,
     build_task_model,
@@ -37,8 +35,10 @@ from .common import (
     place,
     read_records,
     read_text,
+    token_head,
     token_types,
 )
+from .kind import TaskKind
 
 
 @dataclass
@@ -358,7 +358,7 @@ class QuestionAnswerer(nn.Module):
         # ModernBERT's QA class puts its dense -> act -> LayerNorm head on every token first.
         modern = config.token_head
         self.backbone = encoder(config, pooler=not modern)
-        self.transform = Head(config) if modern else None
+        self.transform = token_head(config) if modern else None
         # BERT's QA class has no dropout before its output layer; ModernBERT's has its classifier's
         self.qa = ClassifierHead(config.hidden_size, 2, dropout=config.classifier_dropout if modern else 0.0)
         self.qa.apply(lambda m: init_weights(m, config.initializer_range))

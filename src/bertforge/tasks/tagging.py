@@ -24,7 +24,6 @@ from ..metrics import entities, entity_scores
 from ..models import encoder
 from ..models.bert import init_weights
 from ..models.crf import CRF
-from ..models.modernbert import Head
 from .common import (
     auxiliary_lm,
     build_task_model,
@@ -36,6 +35,7 @@ from .common import (
     place,
     read_records,
     read_text,
+    token_head,
     token_types,
 )
 from .kind import TaskKind
@@ -377,7 +377,7 @@ class TokenClassifier(nn.Module):
         # ModernBERT's token classes put its dense -> act -> LayerNorm head on every token first.
         modern = config.token_head
         self.backbone = encoder(config, pooler=not modern)
-        self.transform = Head(config) if modern else None
+        self.transform = token_head(config) if modern else None
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.classifier = ClassifierHead(config.hidden_size, config.num_labels, dropout)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))

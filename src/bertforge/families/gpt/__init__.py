@@ -7,7 +7,7 @@ from ...config.gpt import GPT_TYPES, GPTConfig
 from ..base import Family, Objective
 
 FAMILY = Family(
-    name="gpt", hf="bertforge.families.gpt.hf:LAYOUT",
+    name="gpt", hf="bertforge.families.gpt.hf:LAYOUT", one_choice_label=True,
     model_types=GPT_TYPES, config=GPTConfig, presets=PRESETS,
     # Every next token predicted over the same packed rows, nothing masked. The small-budget recipe
     # takes GPT-2's layer order and decays the rate along a cosine, as GPT-1's paper did; the

@@ -6,7 +6,7 @@ from ...config.modernbert import ModernBertConfig
 from ..base import Family, Objective
 
 FAMILY = Family(
-    name="modernbert", hf="bertforge.families.modernbert.hf:LAYOUT",
+    name="modernbert", hf="bertforge.families.modernbert.hf:LAYOUT", token_head="bertforge.models.modernbert:Head",
     model_types=("modernbert",), config=ModernBertConfig, presets=PRESETS,
     # masked LM alone (30% in its recipe) on packed full sentences
     objectives=(Objective("modernbert", "modernbert", ("mlm",), "bertforge.models.objectives:masked_lm",
