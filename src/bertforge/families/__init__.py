@@ -32,10 +32,17 @@ def unregister(family: Family) -> None:
 
 
 def family_of(config_or_type) -> Family:
-    """The family of a config (or of a `model_type` string)."""
+    """The family of a config (or of a `model_type` string). A config remembers its family once
+    looked up, so that the many questions one load asks of it cost one lookup (a family no longer
+    registered is looked up again)."""
+    known = getattr(config_or_type, "_family", None)
+    if known is not None and any(known is family for family in FAMILIES):
+        return known
     model_type = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
     for family in FAMILIES:
         if model_type in family.model_types:
+            if not isinstance(config_or_type, str):
+                object.__setattr__(config_or_type, "_family", family)  # not a field: never saved
             return family
     known = ", ".join(t for f in FAMILIES for t in f.model_types)
     raise BertforgeError(f"unknown model_type {model_type!r}; bertforge reads {known}")
@@ -70,5 +77,7 @@ def config_from_dict(data: dict, source: str = "config"):
         family = family_of(model_type)
     except BertforgeError as e:
         raise BertforgeError(f"{source}: {e}") from None
-    return family.config.from_dict(data, source)
+    config = family.config.from_dict(data, source)
+    object.__setattr__(config, "_family", family)  # looked up once: see family_of
+    return config
 

@@ -92,9 +92,10 @@ def encoder_key_map(config, architecture: str = "", pooler: bool = True) -> list
 def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
     """Our encoder's state dict -> HF names (pooler-less classes drop the pooler)."""
     pooler = "pooler.dense.weight" in state
-    out = {theirs: _layout(theirs, state[ours], config, to_hf=True)
+    layout = layout_of(config)
+    out = {theirs: layout.convert(theirs, state[ours], config, to_hf=True)
            for ours, theirs in encoder_key_map(config, architecture, pooler)}
-    for ours, names in layout_of(config).fused(config):
+    for ours, names in layout.fused(config):
         out.update(zip(names, state[ours].chunk(3, dim=0)))
     return out
 
@@ -106,21 +107,16 @@ def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, archit
     Keys the encoder needs but `tensors` lacks are simply absent from the result; the caller
     reports them, since only it knows which file they should have been in.
     """
-    state, used = {}, set()
+    state, used, layout = {}, set(), layout_of(config)
     for ours, theirs in encoder_key_map(config, architecture, pooler):
         if theirs in tensors:
-            state[ours] = _layout(theirs, tensors[theirs], config, to_hf=False)
+            state[ours] = layout.convert(theirs, tensors[theirs], config, to_hf=False)
             used.add(theirs)
-    for ours, names in layout_of(config).fused(config):
+    for ours, names in layout.fused(config):
         if all(n in tensors for n in names):
             state[ours] = torch.cat([tensors[n] for n in names], dim=0)
             used.update(names)
     return state, used
-
-
-def _layout(name: str, tensor: torch.Tensor, config, to_hf: bool) -> torch.Tensor:
-    """HF's tensor `name` from ours (`to_hf`) or ours from it, where the family's layouts differ."""
-    return layout_of(config).convert(name, tensor, config, to_hf)
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -134,7 +130,7 @@ def has_masked_lm_head(config) -> bool:
                for a in config.architectures or ())
 
 
-def read_weights(directory: str, model_type: str = "bert") -> tuple[dict[str, torch.Tensor], str]:
+def read_weights(directory: str, model_type="bert") -> tuple[dict[str, torch.Tensor], str]:
     """All tensors of a checkpoint directory under names relative to the encoder (`BertModel`'s,
     `AlbertModel`'s, ...): the family's prefix is stripped.
 
@@ -173,9 +169,11 @@ def shard_files(index: str) -> list[str]:
     return sorted(set(shards))
 
 
-def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: str = "bert") -> dict:
-    """Strip the family's prefix, rename legacy gamma/beta, drop derived keys, check tied decoders."""
+def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type="bert") -> dict:
+    """Strip the family's prefix, rename legacy gamma/beta, drop derived keys, check tied decoders.
+    `model_type`: the checkpoint's (or its config, whose family is then known already)."""
     out, layout = {}, layout_of(model_type)
+    model_type = getattr(model_type, "model_type", model_type)
     for key, tensor in tensors.items():
         key = key.removeprefix(layout.prefix(model_type) + ".")
         for old, new in LEGACY_SUFFIXES.items():
@@ -221,8 +219,9 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     With `heads=False` only the encoder is read: a new task starts with a fresh head even when the
     checkpoint has one (of another task, or with other labels)."""
     config = config or read_config(directory)
-    tensors, source = read_weights(directory, config.model_type)
+    tensors, source = read_weights(directory, config)
     _check_tokenizer(directory, config)
+    layout = layout_of(config)
     body, architecture = encoder_of(model)
     state, used = encoder_from_hf(tensors, config, architecture, pooler=body.pooler is not None)
     allowed_missing = {f"pooler.{layer}.{kind}" for layer in ("dense", "norm") for kind in ("weight", "bias")}
@@ -230,7 +229,7 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     if body is not model:
         state = {"backbone." + k: v for k, v in state.items()}
         allowed_missing = {"backbone." + k for k in allowed_missing}
-        for name, pairs in head_keys(config.model_type, architecture).items():
+        for name, pairs in layout.head_keys(config.model_type, architecture).items():
             if getattr(model, name, None) is None:
                 continue
             for ours, theirs in pairs:
@@ -241,7 +240,7 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
                     used.add(theirs)
                 elif new_heads:
                     fresh.add(f"{name}.{ours}")
-    known = KNOWN_HEAD_PREFIXES + layout_of(config).known_heads(config.model_type)
+    known = KNOWN_HEAD_PREFIXES + layout.known_heads(config.model_type)
     unexpected = [k for k in tensors if k not in used and not k.startswith(known)]
     # Other parts of the model (ELECTRA's generator) come from their own directories.
     elsewhere = {k for k in model.state_dict() for sub in parts(model) if sub and k.startswith(sub + ".")}
