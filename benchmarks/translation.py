@@ -414,12 +414,14 @@ def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, 
             "peak_rss_mb": peak_rss_mb()}
 
 
-def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hyp_path: str, ct2_dir: str = "") -> dict:
-    """Child: sentences/s of translating the first `count` test sentences in batches of 64, fp32,
-    after one untimed batch; the translations written to `hyp_path`. Every implementation stops a
-    translation at the same length, 1.5 x the longest source + 10 tokens (ours' default rule of each
-    sentence would give transformers, whose limit is per batch, other work on a model that rarely
-    ends). `ct2_dir`: CTranslate2's conversion of `model_dir`, for impl "ctranslate2"."""
+def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hyp_path: str, ct2_dir: str = "",
+                 precision: str = "fp32") -> dict:
+    """Child: sentences/s of translating the first `count` test sentences in batches of 64 in
+    `precision` (fp32; int8: ours `translate --precision int8`, CTranslate2's compute_type int8; bf16:
+    ours under autocast), after one untimed batch; the translations written to `hyp_path`. Every
+    implementation stops a translation at the same length, 1.5 x the longest source + 10 tokens (ours'
+    default rule of each sentence would give transformers, whose limit is per batch, other work on a
+    model that rarely ends). `ct2_dir`: CTranslate2's conversion of `model_dir`, for impl "ctranslate2"."""
     import torch
 
     from bertforge.data.parallel import TranslationTokenizer
@@ -431,11 +433,15 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
         from bertforge.load import load
         from bertforge.translate import DecodeOptions, translate
 
+        from bertforge.quantize import for_inference
+
         loaded = load(model_dir)
         options = DecodeOptions(beam=beam, batch_size=64, max_len_a=0.0, max_len_b=limit)
+        context = for_inference(loaded.model, precision)
 
         def run(texts):
-            return translate(loaded.model, loaded.tokenizer, texts, options)
+            with context:
+                return translate(loaded.model, loaded.tokenizer, texts, options)
     elif impl == "transformers":
         from transformers import AutoTokenizer, MarianMTModel
 
@@ -444,7 +450,7 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
         def run(texts):  # ours never emits the pad id (it starts every decoding): the same rule here
             return hf_translate(model, tokenizer, texts, beam, limit=limit, bad_words_ids=[[tokenizer.pad_token_id]])
     else:
-        run = ct2_translator(model_dir, ct2_dir, beam, limit)
+        run = ct2_translator(model_dir, ct2_dir, beam, limit, CT2_TYPES[precision])
     run(sentences[:64])
     start = time.perf_counter()
     hyps = run(sentences)
@@ -455,15 +461,20 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
             "peak_rss_mb": peak_rss_mb()}
 
 
-def ct2_translator(model_dir: str, ct2_dir: str, beam: int, limit: int):
+# CTranslate2's compute_type for each of our precisions
+CT2_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
+
+
+def ct2_translator(model_dir: str, ct2_dir: str, beam: int, limit: int, compute_type: str = "float32"):
     """CTranslate2 on `ct2_dir`, the conversion of `model_dir`, with the tokenizer's pieces in and
-    out, at most `limit` tokens a translation."""
+    out, at most `limit` tokens a translation, its weights in `compute_type`."""
     import ctranslate2
     import torch
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    translator = ctranslate2.Translator(ct2_dir, device="cpu", intra_threads=torch.get_num_threads())
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=compute_type,
+                                        intra_threads=torch.get_num_threads())
 
     def run(texts):
         pieces = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts)["input_ids"]]
@@ -511,6 +522,8 @@ def convert_ct2(model_dir: str, target: str) -> str | None:
 def speed(args, size: dict) -> dict:
     """Training steps in fp32 (and bf16 where the CPU has it), then beam-5 and greedy decoding, each
     implementation in its own process, in turn, `rounds` times; the better round counts."""
+    from bertforge.scoring import corpus_scores
+
     model_dir = speed_model(args, size)
     pair, rounds = "-".join(args.pair), 1 if args.quick else 2
     warm, timed = ("1", "2") if args.quick else ("3", str(args.steps))
@@ -521,22 +534,30 @@ def speed(args, size: dict) -> dict:
                            best, "target tokens")
     ct2_dir = os.path.join(args.out, "ctranslate2")
     ct2_missing = convert_ct2(model_dir, ct2_dir)
-    impls = ["ours", "transformers"] + ([] if ct2_missing else ["ctranslate2"])
     count = str(size["sentences"] if args.quick else args.sentences)
+    references = [t for _, t in multi30k(TEST, args.pair)[:int(count)]]
     os.makedirs(os.path.join(args.out, "decoded"), exist_ok=True)
+    # fp32 against both peers, int8 against CTranslate2's int8; bf16 (where the CPU has it) ours alone:
+    # CTranslate2 (4.6) refuses bfloat16 on a CPU ("no efficient bfloat16 computation")
+    groups = [("fp32", ["ours", "transformers", "ctranslate2"]), ("int8", ["ours", "ctranslate2"])]
+    groups += [("bf16", ["ours"])] if cpu_has_bf16() else []
     for beam in ("5", "1"):
-        paths = {impl: os.path.join(args.out, "decoded", f"{impl}-beam{beam}.txt") for impl in impls}
-        best = {impl: max((child("decode", impl, beam, model_dir, pair, count, paths[impl], ct2_dir)
-                           for _ in range(rounds)), key=lambda r: r["sentences_per_s"]) for impl in impls}
-        ours = _lines(paths["ours"])
-        for impl in impls:
-            theirs = _lines(paths[impl])
-            best[impl]["same_as_ours"] = sum(a == b for a, b in zip(ours, theirs)) / len(ours)
-            best[impl]["mean_words"] = round(sum(len(h.split()) for h in theirs) / len(theirs), 1)
         name = "greedy" if beam == "1" else f"beam {beam}"
-        rows += speed_rows(f"{name} decoding, {count} test sentences, batches of 64", "fp32", best, "sentences")
-        if ct2_missing:
-            rows.append({"case": rows[-1]["case"], "impl": "ctranslate2", "precision": "fp32", "note": ct2_missing})
+        for precision, impls in groups:
+            impls = [i for i in impls if i != "ctranslate2" or not ct2_missing]
+            paths = {i: os.path.join(args.out, "decoded", f"{i}-{precision}-beam{beam}.txt") for i in impls}
+            best = {i: max((child("decode", i, beam, model_dir, pair, count, paths[i], ct2_dir, precision)
+                            for _ in range(rounds)), key=lambda r: r["sentences_per_s"]) for i in impls}
+            ours = _lines(os.path.join(args.out, "decoded", f"ours-fp32-beam{beam}.txt"))
+            for impl in impls:
+                theirs = _lines(paths[impl])
+                best[impl]["same_as_ours"] = sum(a == b for a, b in zip(ours, theirs)) / len(ours)  # ours in fp32
+                best[impl]["mean_words"] = round(sum(len(h.split()) for h in theirs) / len(theirs), 1)
+                best[impl]["bleu"] = corpus_scores(theirs, references)["bleu"]
+            rows += speed_rows(f"{name} decoding, {count} test sentences, batches of 64", precision, best, "sentences")
+            if ct2_missing:
+                rows.append({"case": rows[-1]["case"], "impl": "ctranslate2", "precision": precision,
+                             "note": ct2_missing})
     return {"pair": pair, "model": model_dir, "rounds": rounds, "rows": rows}
 
 
@@ -561,7 +582,7 @@ def speed_rows(case: str, precision: str, results: dict, unit: str) -> list[dict
     for impl, r in results.items():
         row = {"case": case, "impl": impl, "precision": precision, "unit": unit, "per_s": round(r[key], 1),
                "ours_vs_this": round(results["ours"][key] / r[key], 2), "peak_mb": round(r["peak_rss_mb"])}
-        row.update({k: r[k] for k in ("same_as_ours", "mean_words") if k in r})
+        row.update({k: r[k] for k in ("same_as_ours", "mean_words", "bleu") if k in r})
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -576,8 +597,10 @@ def speed_markdown(report: dict) -> str:
             lines.append(f"| {r['case']} | {r['impl']} | {r['precision']} | - | - | - | {r['note']} |")
             continue
         notes = []
-        if "same_as_ours" in r and r["impl"] != "ours":
-            notes.append(f"same translation as ours {100 * r['same_as_ours']:.1f}%")
+        if "same_as_ours" in r and (r["impl"] != "ours" or r["precision"] != "fp32"):
+            notes.append(f"same translation as ours in fp32 {100 * r['same_as_ours']:.1f}%")
+        if "bleu" in r:
+            notes.append(f"sacreBLEU {r['bleu']:.2f}")
         if "mean_words" in r:
             notes.append(f"{r['mean_words']} words per translation")
         lines.append(f"| {r['case']} | {r['impl']} | {r['precision']} | {r['per_s']:,} {r['unit']}/s | "

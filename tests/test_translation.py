@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from bertforge import load
+from bertforge.cli import main
 from bertforge.config.marian import MarianConfig
 from bertforge.formats.hf import write_parts
 from bertforge.models.translation import Transformer, TranslationObjective, sinusoids
@@ -218,7 +219,6 @@ def test_n_best_lists_and_their_scores_equal_transformers_generate(reverse_run, 
     log-probability of its tokens; the command line writes them as n-best lines and with --scores."""
     from transformers import MarianMTModel
 
-    from bertforge.cli import main
     from bertforge.translate import decode_scored, pad
 
     out = os.path.join(reverse_run[0], "model")
@@ -358,3 +358,21 @@ def test_onnx_export_of_encoder_and_decoder_decodes_as_we_do(reverse_run, tmp_pa
         tokens = np.concatenate([tokens, logits[:, -1].argmax(-1)[:, None]], axis=1)
     texts = [loaded.tokenizer.decode(row[1:].tolist()) for row in tokens]
     assert texts == ["runs dog red", "black jumps cat blue"]
+
+
+def test_translate_in_bf16_and_int8_as_in_fp32(reverse_run, tmp_path, capsys):
+    """--precision: int8 (every linear layer quantized, 8-bit activations) and bf16 autocast give the
+    fp32 translations of a model that has learned its task, but for a sentence or two."""
+    out, valid, _ = reverse_run
+    model = os.path.join(out, "model")
+    translations = {}
+    for precision in ("fp32", "bf16", "int8"):
+        capsys.readouterr()
+        assert main(["translate", "--model", model, "--input", valid + ".src", "--beam", "4",
+                     "--precision", precision]) == 0
+        translations[precision] = capsys.readouterr().out.splitlines()
+    targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()
+    for precision in ("bf16", "int8"):
+        same = sum(a == b for a, b in zip(translations[precision], translations["fp32"])) / len(targets)
+        assert same >= 0.9, (precision, same)
+        assert sum(h == t for h, t in zip(translations[precision], targets)) / len(targets) > 0.85

@@ -6,7 +6,8 @@ import contextlib
 import sys
 
 from ..families import translation_archs
-from .common import MAX_MINUTES_HELP, REPORT_TO, HelpFormatter, add_device, add_path, keywords, renamed, resolve_device
+from .common import (INFERENCE_PRECISION, MAX_MINUTES_HELP, REPORT_TO, HelpFormatter, add_device, add_path, keywords,
+                     renamed, resolve_device)
 
 
 def add_command(commands) -> None:
@@ -96,6 +97,7 @@ def _add_translate(commands) -> None:
                    help="tokens one batch may have the model read: each source, and every token each hypothesis of "
                         "its beam may decode (bertforge serve's estimate); batches are cut to fit, and a sentence "
                         "over it alone is refused")
+    p.add_argument("--precision", **INFERENCE_PRECISION)
     add_device(p)
     p.set_defaults(func=run_translate)
 
@@ -130,6 +132,7 @@ def run_translate(args) -> None:
     from ..atomic import atomic_file
     from ..load import load
     from ..paths import check_apart
+    from ..quantize import for_inference
     from ..scoring import corpus_scores, describe
     from ..translate import DecodeOptions, translate_scored
 
@@ -141,7 +144,8 @@ def run_translate(args) -> None:
     options = DecodeOptions(beam=args.beam, length_penalty=args.length_penalty, penalty=args.penalty,
                             max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size,
                             max_tokens=args.max_tokens)
-    scored = translate_scored(loaded.model, loaded.tokenizer, sentences, options, args.n_best or 1, source=source)
+    with for_inference(loaded.model, args.precision):  # int8 quantizes the linear layers here, once
+        scored = translate_scored(loaded.model, loaded.tokenizer, sentences, options, args.n_best or 1, source=source)
     out = [hyps[0][0] for hyps in scored]
     if args.n_best:
         lines = [f"{n}\t{text}\t{score:.4f}" for n, hyps in enumerate(scored) for text, score in hyps]
