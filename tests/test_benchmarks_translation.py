@@ -72,15 +72,20 @@ def test_the_bleu_curve_takes_the_minutes_of_the_step_records(tmp_path):
 
 
 def test_speed_rows_compare_against_ours_and_name_what_is_missing():
-    results = {"ours": {"sentences_per_s": 30.0, "peak_rss_mb": 400.4, "same_as_ours": 1.0, "mean_words": 12.0},
+    results = {"ours": {"sentences_per_s": 30.0, "peak_rss_mb": 400.4, "same_as_ours": 1.0, "mean_words": 12.0,
+                        "bleu": 15.5},
                "transformers": {"sentences_per_s": 12.0, "peak_rss_mb": 700.0, "same_as_ours": 0.98,
-                                "mean_words": 12.1}}
+                                "mean_words": 12.1, "bleu": 15.25}}
     rows = translation.speed_rows("beam 5", "fp32", results, "sentences")
     assert [(r["impl"], r["ours_vs_this"], r["peak_mb"]) for r in rows] == [("ours", 1.0, 400),
                                                                             ("transformers", 2.5, 700)]
     rows.append({"case": "beam 5", "impl": "ctranslate2", "precision": "fp32", "note": "not installed"})
     table = translation.speed_markdown({"model": "m", "rounds": 2, "rows": rows})
-    assert "| beam 5 | transformers | fp32 | 12.0 sentences/s | 2.50x | 700 | same translation as ours 98.0%" in table
+    assert "| beam 5 | transformers | fp32 | 12.0 sentences/s | 2.50x | 700 | same translation as ours in fp32 98.0%; " \
+           "sacreBLEU 15.25; 12.1 words per translation |" in table
+    int8 = translation.speed_rows("beam 5", "int8", {"ours": results["ours"]}, "sentences")
+    assert "| beam 5 | ours | int8 | 30.0 sentences/s | 1.00x | 400 | same translation as ours in fp32 100.0%; " \
+           "sacreBLEU 15.50" in translation.speed_markdown({"model": "m", "rounds": 2, "rows": int8})
     assert "| beam 5 | ctranslate2 | fp32 | - | - | - | not installed |" in table
 
 
