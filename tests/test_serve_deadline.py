@@ -110,7 +110,8 @@ def test_a_request_over_the_time_limit_is_refused_before_any_work():
 
 def test_the_pace_is_measured_at_start_up_when_asked():
     engine = SlowEngine()
-    engine.translator = type("Measured", (), {"measure": lambda self, beam: (1000, 5.0 + beam)})()
+    engine.translator = object()  # a translation model, whose pace the engine measures:
+    engine.measure_translation = lambda beam: (1000, 5.0 + beam)
     with TestClient(create_app(engine, limits=Limits(seconds=30, beam=3), measure=True)) as client:
         assert client.get("/info").json()["pace"]["translate"] == {"ms_per_token": 8.0, "calls": 1}
         answer = client.post("/translate", json={"texts": ["x"] * 40})  # 4,000 x 8 ms: 32 s

@@ -216,3 +216,17 @@ def test_the_page_translates_and_shows_cross_attention(model, tmp_path):
             assert not errors, errors
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("precision", ["int8", "bf16"])
+def test_served_in_a_precision_as_translate_in_it(model, precision):
+    """`serve --precision`: /translate answers what `translate --precision` gives (int8: the same
+    quantized layers; bf16: the same autocast), and the pace is measured in it too."""
+    from bertforge.quantize import for_inference
+
+    loaded = load(model)
+    with for_inference(loaded.model, precision):
+        expected = translate(loaded.model, loaded.tokenizer, SENTENCES, DecodeOptions(beam=4))
+    with TestClient(create_app(Engine(model, precision=precision))) as client:
+        answer = client.post("/translate", json={"texts": SENTENCES, "beam": 4})
+        assert answer.status_code == 200 and answer.json() == {"translations": expected}

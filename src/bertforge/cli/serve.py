@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import BertforgeError
 from ..serve.limits import Limits
-from .common import HelpFormatter, add_device, add_path, resolve_device
+from .common import INFERENCE_PRECISION, HelpFormatter, add_device, add_path, resolve_device
 
 
 def add_command(commands) -> None:
@@ -38,6 +38,7 @@ def add_command(commands) -> None:
                              "some of its answer, once the answer waits for it")
     limits.add_argument("--keep-alive", type=float, default=Limits.keep_alive_seconds,
                         help="seconds an idle connection stays open between requests")
+    sv.add_argument("--precision", **INFERENCE_PRECISION)
     add_device(sv)
     sv.set_defaults(func=run)
 
@@ -53,4 +54,5 @@ def run(args) -> None:
     limits = Limits(texts=args.max_texts, tokens=args.max_tokens, choices=args.max_choices, beam=args.max_beam,
                     answer_bytes=round(args.max_answer_mb * 1e6), read_seconds=args.read_timeout,
                     keep_alive_seconds=args.keep_alive, seconds=args.max_request_seconds)
-    serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms, limits)
+    serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms, limits,
+          args.precision)

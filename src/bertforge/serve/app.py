@@ -175,7 +175,7 @@ class Service:
     async def lifespan(self, app):
         if self.measure and self.engine.translator is not None:  # a translation's pace varies most with the model
             tokens, seconds = await asyncio.get_running_loop().run_in_executor(
-                self.executor, self.engine.translator.measure, self.limits.beam)
+                self.executor, self.engine.measure_translation, self.limits.beam)
             self.paces["translate"].observe(tokens, seconds)
         for batcher in self.batchers.values():
             batcher.start()

@@ -14,6 +14,7 @@ request is checked while another's model call runs.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 
 import torch
@@ -25,6 +26,7 @@ from ..checkpoint import label_names_of, read_config
 from ..formats.hf import has_masked_lm_head
 from ..load import load
 from ..predictor import answers
+from ..quantize import for_inference
 from ..tasks.common import token_types
 from .limits import Cost
 from .translation import Translator
@@ -33,11 +35,22 @@ from .translation import Translator
 TRANSLATION_ABILITIES = ["translate", "translate/attention", "tokens"]
 
 
+def in_precision(method):
+    """An engine's model call in its precision (bf16: under autocast, entered in the thread that runs it)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            return method(self, *args, **kwargs)
+    return run
+
+
 class Engine:
     """One model directory and everything the service answers with it."""
 
-    def __init__(self, directory: str, device: str | torch.device = "cpu"):
-        self.directory = directory
+    def __init__(self, directory: str, device: str | torch.device = "cpu", precision: str = "fp32"):
+        """`precision`: fp32, bf16 (autocast) or int8 (the linear layers quantized; CPU only), for
+        every endpoint's model calls."""
+        self.directory, self.precision, self.device_type = directory, precision, torch.device(device).type
         self.config = config = read_config(directory)
         family = family_of(config)
         family.supports("serve", directory)
@@ -46,6 +59,7 @@ class Engine:
         if "translate" in family.uses:  # an encoder-decoder: no embedder, no encoder-only endpoints
             self.translator = Translator(load(directory, device, use="translate", config=config))
             self.tokenizer, self.max_length = self.translator.tokenizer, self.translator.positions
+            for_inference(self.translator.model, precision)
             return
         if config.bertforge_task:
             loaded = load(directory, device, config=config)
@@ -62,6 +76,7 @@ class Engine:
             self.embedder = Embedder.load(directory, config, device)
             self.tokenizer = self.embedder.tokenizer
         self.encoder = self.embedder.model
+        for_inference(self.model if self.task is not None else self.fill.model if self.fill else self.encoder, precision)
         self.max_length = config.max_length
         self.checker = copy.deepcopy(self.tokenizer)  # the cost estimates' own
         if self.fill is not None:  # the same checks of the masks, with the checker's tokenizer
@@ -169,9 +184,16 @@ class Engine:
 
     # ---- translate ---------------------------------------------------------------------------
 
+    @in_precision
     def translate(self, texts: list[str], beam: int, length_penalty: float, stop=None) -> list[str]:
         return self.translator.translate(texts, beam, length_penalty, stop)
 
+    @in_precision
+    def measure_translation(self, beam: int) -> tuple[int, float]:
+        """See `Translator.measure`: the pace of the model as it will answer."""
+        return self.translator.measure(beam)
+
+    @in_precision
     def translation_attention(self, text: str) -> dict:
         """See `Translator.attention`."""
         self.require("translate/attention")
@@ -179,6 +201,7 @@ class Engine:
 
     # ---- fill-mask ---------------------------------------------------------------------------
 
+    @in_precision
     def fill_mask(self, texts: list[str], top_k: int) -> list[dict]:
         masks = self.fill.fill(texts, top_k)
         return [{"masks": m, "truncated": self.truncated(t)} for t, m in zip(texts, masks)]
@@ -189,11 +212,13 @@ class Engine:
         self.require("predict")
         return self.task.example(request)
 
+    @in_precision
     def predict(self, examples: list[dict]) -> list[dict]:
         return answers(self.model, self.task, self.tokenizer, self.names, examples)
 
     # ---- embed -------------------------------------------------------------------------------
 
+    @in_precision
     def embed(self, texts: list[str], pooling: str) -> list[dict]:
         vectors = self.embedder.encode(texts, pooling=pooling)
         return [{"vector": [round(float(x), 6) for x in v], "truncated": self.truncated(t)}
@@ -211,6 +236,7 @@ class Engine:
         return {"tokens": encoding.tokens, "ids": encoding.ids, "segments": encoding.token_type_ids,
                 "offsets": [list(o) for o in encoding.offsets], "truncated": encoding.truncated}
 
+    @in_precision
     def attention(self, text: str, pair: str | None = None) -> dict:
         """The tokens and every layer's and head's attention probabilities, [layer][head][query][key],
         rounded to 4 decimals."""

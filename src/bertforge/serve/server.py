@@ -15,13 +15,13 @@ from .limits import Limits
 
 
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, device="cpu",
-          max_batch: int = 32, max_wait_ms: float = 0.0, limits: Limits = Limits()) -> None:
-    """Load the model in `directory` and serve it until interrupted."""
+          max_batch: int = 32, max_wait_ms: float = 0.0, limits: Limits = Limits(), precision: str = "fp32") -> None:
+    """Load the model in `directory` and serve it until interrupted, its model calls in `precision`."""
     import uvicorn
 
     sock = listen(host, port)  # before the model loads: a taken port is said at once
     try:
-        engine = Engine(directory, device)
+        engine = Engine(directory, device, precision)
         app = create_app(engine, max_batch, max_wait_ms, limits, measure=True)
         print(f"serving {directory} ({', '.join(engine.abilities)}) at http://{host}:{port}/", flush=True)
         uvicorn.Server(uvicorn_config(app, limits)).run(sockets=[sock])
