@@ -19,26 +19,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import provenance, provenance_line  # noqa: E402
 from translation import TEST, multi30k, pair_arg  # noqa: E402
 
-# operator name -> kind, by the first pattern it contains
-KINDS = [("matrix products", ("addmm", "aten::mm", "bmm", "linear_dynamic", "aten::matmul", "aten::linear")),
-         ("attention", ("scaled_dot_product", "flash_attention")),
-         ("layer norm", ("layer_norm",)),
-         ("softmax, log-softmax, top-k", ("softmax", "topk", "argmax")),
-         ("cache reorder and selection", ("index_select", "gather", "repeat_interleave", "aten::cat", "index")),
-         ("copies and allocation", ("copy_", "empty", "zeros", "full", "clone", "contiguous", "to", "ones")),
-         ("element-wise", ("add", "mul", "relu", "gelu", "masked_fill", "div", "sub", "where", "eq", "ne",
-                           "any", "all", "sum", "exp", "log", "neg", "lt", "le", "gt", "ge", "bitwise", "clamp"))]
+# operator (its name after "aten::" or "quantized::") -> kind; the rest are "other operators"
+KINDS = [("matrix products", {"addmm", "mm", "bmm", "linear_dynamic", "matmul", "linear"}),
+         ("attention", {"_scaled_dot_product_flash_attention_for_cpu", "scaled_dot_product_attention",
+                        "_scaled_dot_product_attention_math"}),
+         ("layer norm", {"layer_norm", "native_layer_norm"}),
+         ("softmax, log-softmax, top-k", {"softmax", "_softmax", "log_softmax", "_log_softmax", "topk", "argmax"}),
+         ("cache reorder and selection", {"index_select", "gather", "repeat_interleave", "cat", "index", "select",
+                                          "slice", "narrow"}),
+         ("copies and allocation", {"copy_", "empty", "empty_strided", "zeros", "full", "clone", "contiguous", "to",
+                                    "_to_copy", "ones", "fill_", "zero_", "resize_"}),
+         ("element-wise", {"add", "add_", "mul", "mul_", "relu", "gelu", "masked_fill", "masked_fill_", "div",
+                           "div_", "sub", "where", "eq", "ne", "any", "all", "sum", "exp", "log", "neg", "lt", "le",
+                           "gt", "ge", "bitwise_or", "bitwise_and", "bitwise_not", "clamp", "logical_not"})]
 
 
 def kind_of(name: str) -> str:
-    return next((kind for kind, patterns in KINDS if any(p in name for p in patterns)), "other operators")
+    bare = name.split("::")[-1]
+    return next((kind for kind, names in KINDS if bare in names), "other operators")
 
 
 def profile(model, tokenizer, sentences, beam: int, precision: str) -> dict:
     from bertforge.quantize import for_inference
     from bertforge.translate import DecodeOptions, translate
 
-    context = for_inference(model, precision)  # int8: quantized on the first call, as it was already after
+    context = for_inference(model, precision)  # int8 quantizes the model on the first call (then a no-op)
     options = DecodeOptions(beam=beam, batch_size=64)
     with context:
         translate(model, tokenizer, sentences[:64], options)  # warm-up

@@ -23,7 +23,7 @@ from .atomic import atomic_path, remove_leftovers
 from .errors import BertforgeError
 from .families import family_of
 from .checkpoint import read_config
-from .formats.hf import has_masked_lm_head
+from .formats.hf import has_masked_lm_head, load_pretrained
 from .load import load
 from .paths import check_apart
 
@@ -64,10 +64,11 @@ def exportable(directory: str, config=None) -> tuple[Exportable, list[str], str]
         from .models.objectives import BertPretraining
 
         sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None
-        model = load(directory, model=BertPretraining, config=config, sentence=sentence).model
+        # the weights alone: an ONNX file needs no tokenizer, and a directory without one exports
+        model = load_pretrained(directory, cls=BertPretraining, config=config, sentence=sentence)
         names = ["logits"] + (["seq_relationship_logits"] if sentence else [])
         return Exportable(model, "pretraining").eval(), names, "pretraining"
-    model = load(directory, config=config).model  # the encoder, with its pooler
+    model = load_pretrained(directory, config=config)  # the encoder, with its pooler
     names = ["last_hidden_state"] + (["pooler_output"] if model.pooler is not None else [])
     return Exportable(model, "encoder").eval(), names, "encoder"
 

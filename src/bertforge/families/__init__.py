@@ -22,8 +22,9 @@ def register(family: Family) -> None:
     """Add a family (its model types and objective names must be new)."""
     taken = {t for f in FAMILIES for t in f.model_types} & set(family.model_types)
     names = set(objective_names()) & {o.name for o in family.objectives}
-    if taken or names:
-        raise BertforgeError(f"family {family.name}: {', '.join(sorted(taken | names))} already registered")
+    archs = {family.arch} & set(translation_archs()) if family.arch else set()
+    if taken or names or archs:
+        raise BertforgeError(f"family {family.name}: {', '.join(sorted(taken | names | archs))} already registered")
     FAMILIES.append(family)
 
 
@@ -35,14 +36,14 @@ def family_of(config_or_type) -> Family:
     """The family of a config (or of a `model_type` string). A config remembers its family once
     looked up, so that the many questions one load asks of it cost one lookup (a family no longer
     registered is looked up again)."""
-    known = getattr(config_or_type, "_family", None)
-    if known is not None and any(known is family for family in FAMILIES):
-        return known
+    remembered = getattr(config_or_type, "_family", None)
+    if remembered is not None and any(remembered is family for family in FAMILIES):
+        return remembered
     model_type = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
     for family in FAMILIES:
         if model_type in family.model_types:
             if not isinstance(config_or_type, str):
-                object.__setattr__(config_or_type, "_family", family)  # not a field: never saved
+                config_or_type._family = family  # not a field: never saved
             return family
     known = ", ".join(t for f in FAMILIES for t in f.model_types)
     raise BertforgeError(f"unknown model_type {model_type!r}; bertforge reads {known}")
@@ -78,6 +79,6 @@ def config_from_dict(data: dict, source: str = "config"):
     except BertforgeError as e:
         raise BertforgeError(f"{source}: {e}") from None
     config = family.config.from_dict(data, source)
-    object.__setattr__(config, "_family", family)  # looked up once: see family_of
+    config._family = family  # looked up once: see family_of
     return config
 

@@ -111,7 +111,8 @@ def load_encoder(model: nn.Module, directory: str, config, into: nn.Module | Non
     check_finite(tensors, path)
     target = model.backbone if into is None else into
     unexpected = [k for k in tensors if k not in target.state_dict()]
-    load_state(target, tensors, path, unexpected)
+    tied = _tied(target)  # stored once by `write`, tied again here
+    load_state(target, tensors, path, unexpected, allowed_missing=tied, quiet=tied)
 
 
 def parameter_count(directory: str) -> int:

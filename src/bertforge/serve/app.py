@@ -77,7 +77,7 @@ def check_fields(body, fields: dict, limits: Limits, where: str = "the body") ->
             continue
         value = body[name]
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise RequestError(f'"{name}" must be {KIND_NAMES[kind]}')
+            raise RequestError(f'"{name}" must be {KIND_NAMES.get(kind) or "a " + kind.__name__}')
         if kind is str:
             check_text(value, name, limits)
         if isinstance(value, float) and not math.isfinite(value):  # Python's parser takes NaN and Infinity

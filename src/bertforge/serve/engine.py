@@ -76,7 +76,9 @@ class Engine:
             self.embedder = Embedder.load(directory, config, device)
             self.tokenizer = self.embedder.tokenizer
         self.encoder = self.embedder.model
-        for_inference(self.model if self.task is not None else self.fill.model if self.fill else self.encoder, precision)
+        self.parameters = sum(p.numel() for p in self.encoder.parameters())  # before int8 packs the weights away
+        whole = self.model if self.task is not None else self.fill.model if self.fill is not None else self.encoder
+        for_inference(whole, precision)
         self.max_length = config.max_length
         self.checker = copy.deepcopy(self.tokenizer)  # the cost estimates' own
         if self.fill is not None:  # the same checks of the masks, with the checker's tokenizer
@@ -109,14 +111,14 @@ class Engine:
         # a run's `model/` folder is named by its run: "sst2/model" rather than "model"
         name = os.path.join(*path.split(os.sep)[-2:]) if os.path.basename(path) == "model" else os.path.basename(path)
         about = {"model": name, "model_type": config.model_type, "architectures": config.architectures, "task": task,
-                 "abilities": self.abilities}
+                 "abilities": self.abilities, "precision": self.precision}
         if self.translator is not None:
             return {**about, **self.translator.info()}
         return {**about, "kind": "fine-tuned" if task else "masked language model" if self.fill else "encoder",
                 "layers": config.num_hidden_layers, "heads": config.num_attention_heads,
                 "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
                 "max_length": self.max_length,
-                "parameters": sum(p.numel() for p in self.encoder.parameters())}
+                "parameters": self.parameters}
 
     def require(self, ability: str) -> None:
         if ability not in self.abilities:

@@ -31,6 +31,7 @@ class Translator:
 
     def __init__(self, loaded: Loaded):
         self.model, self.tokenizer, self.config = loaded.model.eval(), loaded.tokenizer, loaded.config
+        self.parameters = sum(p.numel() for p in self.model.parameters())  # before int8 packs the weights away
         self.checker = copy.deepcopy(self.tokenizer)  # the cost estimates', used in their own thread
         self.positions = self.config.max_position_embeddings
 
@@ -131,7 +132,7 @@ class Translator:
         return {"kind": "translation", "layers": c.encoder_layers, "decoder_layers": c.decoder_layers,
                 "heads": c.encoder_attention_heads, "decoder_heads": c.decoder_attention_heads,
                 "hidden_size": c.d_model, "vocab_size": c.vocab_size, "max_length": self.positions,
-                "parameters": sum(p.numel() for p in self.model.parameters())}
+                "parameters": self.parameters}
 
 
 def _rounded(layers: list[torch.Tensor]) -> list:

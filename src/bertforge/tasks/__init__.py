@@ -18,8 +18,16 @@ KINDS: dict[str, type[TaskKind]] = {"classification": ClassificationTask, "ner":
 
 
 def register(cls: type[TaskKind]) -> None:
-    """Add a task kind (its class; the kind's name is its `kind` field's default)."""
+    """Add a task kind (its class; the kind's name is its `kind` field's default): its name, and
+    the names it accepts, must be new."""
+    taken = ({cls.kind} & set(KINDS)) | (set(cls.accepts) & {n for kind in KINDS.values() for n in kind.accepts})
+    if taken:
+        raise BertforgeError(f"task kind {cls.kind}: {', '.join(sorted(taken))} already registered")
     KINDS[cls.kind] = cls
+
+
+def unregister(cls: type[TaskKind]) -> None:
+    KINDS.pop(cls.kind)
 
 
 def make_task(name: str, **options):
