@@ -19,11 +19,11 @@ and docs_data.py lays out made-up files where it would put them (`data/...`). Re
 resolve (to a heading, when they name one) and every fence must name its language.
 """
 
+import fnmatch
 import glob
 import io
 import json
 import os
-import fnmatch
 import re
 import shlex
 import subprocess

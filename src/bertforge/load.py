@@ -82,7 +82,7 @@ def read_model(directory: str, config, family: Family, build=None, device: str |
     if family.checkpoint:  # a layout of the family's own (MarianMT's); by default its model
         own = resolve(family.checkpoint + ":load_model")
         return own(lambda c: (build or resolve(family.encoder))(c, **options), directory, device, config=config)
-    if family.native and (build or default) is None:  # a translation family: its model, saved within its objective
+    if family.native and (build or default) is None:  # no objective (a translation family's): the model it saved
         return native.load_model(lambda c: resolve(family.encoder)(c, **options), directory, device, config,
                                  backbone=True)
     if family.native:

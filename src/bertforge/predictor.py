@@ -1,5 +1,6 @@
 """Predictions in memory: a fine-tuned model kept loaded, requests in, answers out. What `Predictor`
-gives a Python user and what `bertforge serve` answers over HTTP (both make examples with the task's `example` and answer them with `answers`).
+gives a Python user and what `bertforge serve` answers over HTTP (both make examples with the
+task's `example` and answer them with `answers`).
 
 A request is a dict: {"text"[, "pair"]} for classification (the pair when the model reads pairs),
 {"text"} for tagging (white space splits the words; entities come back at character offsets into
@@ -17,7 +18,7 @@ from .quantize import for_inference
 
 
 def answers(model, task, tokenizer, names, examples: list[dict], batch_size: int = 64) -> list[dict]:
-    """One answer per example (made by `example`), each saying whether its input was cut."""
+    """One answer per example (made by the task's `example`), each saying whether its input was cut."""
     features, cuts = [], []
     for number, ex in enumerate(examples):
         mine, cut = task.featurize([ex], tokenizer, names)

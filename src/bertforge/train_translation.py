@@ -66,9 +66,10 @@ def train_translation(source_lang: str, target_lang: str, train: str, dev: str, 
     {...}}) into `out`; returns the trainer's summary with the final validation scores. Every keyword
     is the command's option of the same name (its argparse dest), with the command's default; None
     is "not given", and is resolved here, for the command line and Python alike: the peak rate and
-    warm-up are the arch's (its family's `schedule`), the size its family's default. `arch`: "transformer" (the
-    paper's, one joint sub-word vocabulary) or "lstm" (CoVe's attentional LSTM over the fixed
-    `word_vectors`, a GloVe or word2vec file; sub-words on the target side only). `warmup`: steps,
+    warm-up are the arch's (its family's `schedule`), the size its family's default. `arch`:
+    "transformer" (the paper's, one joint sub-word vocabulary), "lstm" (CoVe's attentional LSTM over
+    the fixed `word_vectors`, a GloVe or word2vec file; sub-words on the target side only), or a
+    registered translation family's (`families.translation_archs`). `warmup`: steps,
     or a fraction (< 1) of `steps`. `average`: the model written to `out/model` is the mean of the
     last that many checkpoints of the run's last quarter (1: the last alone). `init`: a translation
     Transformer to fine-tune (a MarianMT directory, ours or a published OPUS-MT one, or a Hugging Face

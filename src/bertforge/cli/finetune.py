@@ -19,8 +19,9 @@ def add_command(commands) -> None:
 
 def _add_task(fine) -> None:
     fine.add_argument("--task", required=True,
-                      help="a GLUE task (sst2, mrpc, rte, cola, qqp, mnli, qnli, stsb, wnli) or a family "
-                           "(classification, regression, ner, qa, multiple-choice)")
+                      help="a GLUE task (sst2, mrpc, rte, cola, qqp, mnli, qnli, stsb, wnli) or a task kind "
+                           "(classification, regression, ner or tagging, qa, multiple-choice, or a registered "
+                           "kind's name)")
     fine.add_argument("--train", required=True, help="training file (.tsv, .csv, .jsonl)")
     fine.add_argument("--dev", required=True, help="dev file, evaluated every epoch")
     fine.add_argument("--model", required=True, help="a pretrained BERT-family or GPT-1 model (an HF directory)")

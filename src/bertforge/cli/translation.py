@@ -29,7 +29,7 @@ def _add_train(commands) -> None:
     archs = translation_archs()  # the records are torch-free: --help imports no torch
     p.add_argument("--arch", choices=list(archs), default="transformer",
                    help="transformer: Vaswani et al.'s; lstm: CoVe's attentional LSTM encoder-decoder over fixed "
-                        "--word-vectors (McCann et al., 2017)")
+                        "--word-vectors (McCann et al., 2017); or a registered translation family's arch")
     p.add_argument("--init", metavar="MODEL",
                    help="fine-tune this translation model (a MarianMT directory: ours, or a published OPUS-MT one; or "
                         "a Hugging Face Hub name such as Helsinki-NLP/opus-mt-en-de) with its own vocabulary and "

@@ -77,7 +77,8 @@ class Family:
     "subword" (pretrain.py: a sub-word tokenizer, shards, instances, masking) or "word"
     (pretrain_recurrent.py: a word vocabulary, BPTT streams). `native`: checkpoints in bertforge's own
     format (no `transformers` class). `vocab_kind`: the vocabulary learned for it. `tasks`: the task
-    kinds it fine-tunes for (None: every kind of `tasks.KINDS`, each kind's head over its encoder); `uses`: see `USES`. `lm`: what kind of language model its pretraining
+    kinds it fine-tunes for (None: every kind of `tasks.KINDS`, each kind's head over its encoder);
+    `uses`: see `USES`. `lm`: what kind of language model its pretraining
     checkpoint is ("masked", "causal", "bidirectional"), for evaluate-lm. `layer_norms`: the layer
     orders it can be built in (the first is its paper's). `finetuning`: the dotted path of
     `(config) -> dict` of TrainOptions defaults; `task_model`: of `(task, config) -> nn.Module`;
@@ -88,10 +89,9 @@ class Family:
     `gradual_unfreezing`: unfreeze a layer every half epoch by default; `finetuning_note`: the line
     printed about the fine-tuning defaults (`{lr}`, `{layer_decay}`, `{schedule}`, `{width}`).
     `checkpoint`: the dotted path of a module with `write`, `load` and `load_model` when the family
-    has a checkpoint layout of its own (MarianMT's), else None (`native` or the BERT-like HF
-    layouts of formats/hf.py). `hf`: the dotted path of the family's
-    `HFLayout` (its Hugging Face class names and key maps, `families/<family>/hf.py`) when its
-    checkpoints are in `transformers`' format. `tokenizer`: the dotted path of the tokenizer class (with
+    has a checkpoint layout of its own (MarianMT's), else None (`native`, or `transformers`' format
+    through `hf`). `hf`: the dotted path of the family's `HFLayout` (its Hugging Face class names and
+    key maps, `families/<family>/hf.py`) when its checkpoints are in `transformers`' format. `tokenizer`: the dotted path of the tokenizer class (with
     `from_pretrained`) of a family with a vocabulary of its own (translation's), else None (by
     `vocab_kind`). `input_transforms`: GPT-1's fine-tuning (three new tokens, an auxiliary LM loss). `describe`: a
     few words for messages.

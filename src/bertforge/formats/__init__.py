@@ -1,1 +1,2 @@
-"""On-disk formats: the Hugging Face key maps."""
+"""On-disk formats: transformers' (hf.py, through each family's layout), bertforge's own (native.py),
+MarianMT's, CoVe's, AllenNLP's, word vectors."""

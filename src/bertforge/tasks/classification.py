@@ -31,6 +31,7 @@ from .kind import TaskKind
 class ClassificationTask(TaskKind):
     """How to read a classification or regression dataset and score predictions on it."""
 
+    # `accepts` (classification, regression and every GLUE name) is set below GLUE's table
     options = ("text_column", "pair_column", "label_column", "max_seq_length", "header", "metrics", "features")
     request = {"text": str, "pair": str}
     inputs = "a text, a (text, pair) tuple or a request dict"

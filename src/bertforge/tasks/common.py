@@ -1,4 +1,4 @@
-"""What every task family shares: reading tables, batching features by length, predicting in batches."""
+"""What every task kind shares: reading tables, batching features by length, predicting in batches."""
 
 from __future__ import annotations
 

@@ -51,6 +51,11 @@ class TaskKind:
             saved["metrics"] = tuple(saved.get("metrics", ()))
         return cls(**saved)
 
+    @property
+    def family(self) -> str:
+        """The kind under its former name (what config.json still calls it)."""
+        return self.kind
+
     def recorded(self) -> dict:
         """What run_config.json records of the task's options beyond its name (a tagger's CRF)."""
         return {}
