@@ -61,6 +61,9 @@ def test_a_seq2seq_architecture_from_outside_trains_translates_and_serves(gru, t
     with TestClient(create_app(Engine(str(model)))) as client:
         answer = client.post("/translate", json={"texts": SENTENCES, "beam": 4})
         assert answer.status_code == 200 and answer.json() == {"translations": expected}
+        info = client.get("/info").json()  # no attention weights to show: that endpoint is not offered
+        assert info["kind"] == "translation" and info["abilities"] == ["translate", "tokens"]
+        assert client.post("/translate/attention", json={"text": SENTENCES[0]}).status_code == 400
 
 
 def test_its_options_are_checked_as_every_arch_s(gru, tmp_path, capsys):

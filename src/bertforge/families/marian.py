@@ -13,7 +13,7 @@ FAMILY = Family(
     finetuning="bertforge.recipe:finetuning_by_width", describe="translation Transformer", tasks=(),
     vocab_kind="joint", checkpoint="bertforge.formats.marian", default_preset="multi30k",
     tokenizer="bertforge.data.opus_mt:TranslationVocabulary",
-    uses=("translate", "serve", "onnx"),
+    uses=("translate", "serve", "attention", "onnx"),
     # The paper's warm-up is 4,000 steps of 25k-token batches; 1,000 of 4k suit Multi30k's hour.
     arch="transformer", schedule=(1e-3, 1000),
     instead_of_finetuning="translation models train further on parallel text with train-translation --init",

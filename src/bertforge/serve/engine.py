@@ -90,8 +90,9 @@ class Engine:
     @property
     def abilities(self) -> list[str]:
         """The endpoints this model answers, named after the CLI's commands."""
-        if self.translator is not None:
-            return list(TRANSLATION_ABILITIES)
+        if self.translator is not None:  # what each head looks at, where the family's model shows it
+            return [a for a in TRANSLATION_ABILITIES
+                    if a != "translate/attention" or "attention" in family_of(self.config).uses]
         found = ["embed", "tokens"]
         if self.fill is not None:
             found.append("fill-mask")

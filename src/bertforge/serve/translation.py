@@ -129,8 +129,11 @@ class Translator:
     def info(self) -> dict:
         """What `/info` says of the model beside its name."""
         c = self.config
-        return {"kind": "translation", "layers": c.encoder_layers, "decoder_layers": c.decoder_layers,
-                "heads": c.encoder_attention_heads, "decoder_heads": c.decoder_attention_heads,
+        # (a translation family without the Transformer's layers and heads says what it has)
+        sizes = {"layers": getattr(c, "encoder_layers", None), "decoder_layers": getattr(c, "decoder_layers", None),
+                 "heads": getattr(c, "encoder_attention_heads", None),
+                 "decoder_heads": getattr(c, "decoder_attention_heads", None)}
+        return {"kind": "translation", **{k: v for k, v in sizes.items() if v is not None},
                 "hidden_size": c.d_model, "vocab_size": c.vocab_size, "max_length": self.positions,
                 "parameters": self.parameters}
 
