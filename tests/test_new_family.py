@@ -26,15 +26,28 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
-def doc_family():
-    """The family docs/architecture.md defines, as a module of its own (the block that registers nothing)."""
-    block = next(b for b in python_blocks(DOC.read_text()) if "FAMILY = Family(" in b)
-    module = types.ModuleType("bag_family")
+def doc_module(marker: str, name: str) -> types.ModuleType:
+    """The code block of docs/architecture.md holding `marker`, run as a module of its own."""
+    block = next(b for b in python_blocks(DOC.read_text()) if marker in b)
+    module = types.ModuleType(name)
     exec(compile(block, str(DOC), "exec"), module.__dict__)
     return module
 
 
-BAG = doc_family()
+def pretrain_tiny(objective: str, tmp_path) -> tuple:
+    """`bertforge pretrain --objective OBJECTIVE` for 40 steps on a small corpus: the run's folder and
+    its masked-LM losses, first to last."""
+    write_corpus(tmp_path / "corpus")
+    run = tmp_path / "run"
+    assert main(["pretrain", "--objective", objective, "--corpus", str(tmp_path / "corpus"), "--out", str(run),
+                 "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32", "--cache-dir",
+                 str(tmp_path / "cache"), "--quiet", "--steps", "40", "--lr", "1e-2", "--log-every", "10",
+                 "--eval-every", "40", "--precision", "fp32"]) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return run, [r["mlm_loss"] for r in records if "mlm_loss" in r and "loss" in r]
+
+
+BAG = doc_module("FAMILY = Family(", "bag_family")  # the block that registers nothing
 
 
 @pytest.fixture
@@ -59,14 +72,7 @@ def write_sentiment(path, n=48):
 
 
 def test_a_family_defined_outside_the_library_runs_through_every_command(tmp_path, bag_family, capsys):
-    write_corpus(tmp_path / "corpus")
-    run = tmp_path / "run"
-    assert main(["pretrain", "--objective", "bag-mlm", "--corpus", str(tmp_path / "corpus"), "--out", str(run),
-                 "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32", "--cache-dir",
-                 str(tmp_path / "cache"), "--quiet", "--steps", "40", "--lr", "1e-2", "--log-every", "10",
-                 "--eval-every", "40", "--precision", "fp32"]) == 0
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    losses = [r["mlm_loss"] for r in records if "mlm_loss" in r and "loss" in r]
+    run, losses = pretrain_tiny("bag-mlm", tmp_path)
     assert losses[-1] < losses[0] - 0.5  # the bag learns word frequencies at least
     saved = json.loads((run / "model" / "config.json").read_text())
     assert saved["model_type"] == "bag-of-words" and saved["architectures"] == ["BagForMaskedLM"]

@@ -8,8 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import write_corpus
-from test_new_family import write_sentiment
+from test_new_family import pretrain_tiny, write_sentiment
 
 from bertforge.cli import main
 from bertforge.families import register, unregister
@@ -34,14 +33,7 @@ def padded_batch(vocab_size: int):
 
 
 def test_an_hf_family_from_outside_runs_through_every_command_and_transformers(distil, tmp_path, capsys):
-    write_corpus(tmp_path / "corpus")
-    run = tmp_path / "run"
-    assert main(["pretrain", "--objective", "distil-mlm", "--corpus", str(tmp_path / "corpus"), "--out", str(run),
-                 "--vocab-size", "100", "--batch-size", "8", "--max-seq-length", "32", "--cache-dir",
-                 str(tmp_path / "cache"), "--quiet", "--steps", "40", "--lr", "1e-2", "--log-every", "10",
-                 "--eval-every", "40", "--precision", "fp32"]) == 0
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    losses = [r["mlm_loss"] for r in records if "mlm_loss" in r and "loss" in r]
+    run, losses = pretrain_tiny("distil-mlm", tmp_path)
     assert losses[-1] < losses[0] - 0.5
     saved = json.loads((run / "model" / "config.json").read_text())
     assert saved["model_type"] == "distilbert" and saved["architectures"] == ["DistilBertForMaskedLM"]

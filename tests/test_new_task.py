@@ -9,42 +9,31 @@ are "good" ones, a ranking a tiny BERT learns in a few epochs.
 
 import json
 import random
-import re
-import types
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import tiny_config, word_tokenizer
+from test_new_family import doc_module
 
 from bertforge import BertforgeError
 from bertforge.cli import main
 from bertforge.formats.hf import save_pretrained
 from bertforge.models.bert import Bert
-from bertforge.tasks import KINDS, register
+from bertforge.tasks import register, unregister
 
 transformers = pytest.importorskip("transformers")
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 GOOD, BAD = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "dull"]
 
 
-def doc_task():
-    """The task kind docs/architecture.md defines, as a module of its own."""
-    block = next(b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S) if "class SimilarityTask" in b)
-    module = types.ModuleType("similarity_task")
-    exec(compile(block, str(DOC), "exec"), module.__dict__)
-    return module
-
-
-SIMILARITY = doc_task()
+SIMILARITY = doc_module("class SimilarityTask", "similarity_task")  # the task kind the page defines
 
 
 @pytest.fixture
 def similarity():
     register(SIMILARITY.SimilarityTask)
     yield SIMILARITY.SimilarityTask
-    KINDS.pop("similarity")
+    unregister(SIMILARITY.SimilarityTask)
 
 
 def write_pairs(path, n: int, seed: int) -> str:

@@ -222,11 +222,20 @@ def test_the_page_translates_and_shows_cross_attention(model, tmp_path):
 def test_served_in_a_precision_as_translate_in_it(model, precision):
     """`serve --precision`: /translate answers what `translate --precision` gives (int8: the same
     quantized layers; bf16: the same autocast), and the pace is measured in it too."""
-    from bertforge.quantize import for_inference
+    from bertforge.quantize import Int8Linear, for_inference
 
     loaded = load(model)
     with for_inference(loaded.model, precision):
         expected = translate(loaded.model, loaded.tokenizer, SENTENCES, DecodeOptions(beam=4))
-    with TestClient(create_app(Engine(model, precision=precision))) as client:
+    engine = Engine(model, precision=precision)
+    quantized = any(isinstance(m, Int8Linear) for m in engine.translator.model.modules())
+    assert quantized == (precision == "int8")  # the served model is the one asked for
+    with TestClient(create_app(engine)) as client:
         answer = client.post("/translate", json={"texts": SENTENCES, "beam": 4})
         assert answer.status_code == 200 and answer.json() == {"translations": expected}
+        info = client.get("/info").json()
+        assert info["precision"] == precision and info["parameters"] == sum(
+            p.numel() for p in load(model).model.parameters())  # counted before int8 packs them
+    # each model call runs under the precision's autocast, in the thread that makes it
+    engine.translator.translate = lambda *args: [torch.is_autocast_enabled("cpu")]
+    assert engine.translate(["x"], 1, 1.0) == [precision == "bf16"]

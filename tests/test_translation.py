@@ -5,6 +5,7 @@ decoding give `generate`'s translations; bad input is one line naming the file a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -360,17 +361,30 @@ def test_onnx_export_of_encoder_and_decoder_decodes_as_we_do(reverse_run, tmp_pa
     assert texts == ["runs dog red", "black jumps cat blue"]
 
 
-def test_translate_in_bf16_and_int8_as_in_fp32(reverse_run, tmp_path, capsys):
+def test_translate_in_bf16_and_int8_as_in_fp32(reverse_run, tmp_path, capsys, monkeypatch):
     """--precision: int8 (every linear layer quantized, 8-bit activations) and bf16 autocast give the
     fp32 translations of a model that has learned its task, but for a sentence or two."""
+    import bertforge.quantize as quantize
+
     out, valid, _ = reverse_run
     model = os.path.join(out, "model")
-    translations = {}
+    translations, seen = {}, {}
+    real = quantize.for_inference
+
+    @contextlib.contextmanager
+    def recording(net, precision):  # what the decoding ran in: autocast or not, the layers it had
+        with real(net, precision):
+            seen[precision] = (torch.is_autocast_enabled("cpu"),
+                               any(isinstance(m, quantize.Int8Linear) for m in net.modules()))
+            yield
+
+    monkeypatch.setattr(quantize, "for_inference", recording)
     for precision in ("fp32", "bf16", "int8"):
         capsys.readouterr()
         assert main(["translate", "--model", model, "--input", valid + ".src", "--beam", "4",
                      "--precision", precision]) == 0
         translations[precision] = capsys.readouterr().out.splitlines()
+    assert seen == {"fp32": (False, False), "bf16": (True, False), "int8": (False, True)}
     targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()
     for precision in ("bf16", "int8"):
         same = sum(a == b for a, b in zip(translations[precision], translations["fp32"])) / len(targets)
