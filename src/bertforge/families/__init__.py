@@ -19,7 +19,7 @@ FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.F
 
 
 def register(family: Family) -> None:
-    """Add a family (its model types and objective names must be new)."""
+    """Add a family (its model types, objective names and translation arch must be new)."""
     taken = {t for f in FAMILIES for t in f.model_types} & set(family.model_types)
     names = set(objective_names()) & {o.name for o in family.objectives}
     archs = {family.arch} & set(translation_archs()) if family.arch else set()
@@ -33,17 +33,10 @@ def unregister(family: Family) -> None:
 
 
 def family_of(config_or_type) -> Family:
-    """The family of a config (or of a `model_type` string). A config remembers its family once
-    looked up, so that the many questions one load asks of it cost one lookup (a family no longer
-    registered is looked up again)."""
-    remembered = getattr(config_or_type, "_family", None)
-    if remembered is not None and any(remembered is family for family in FAMILIES):
-        return remembered
+    """The family of a config (or of a `model_type` string)."""
     model_type = config_or_type if isinstance(config_or_type, str) else getattr(config_or_type, "model_type", None)
     for family in FAMILIES:
         if model_type in family.model_types:
-            if not isinstance(config_or_type, str):
-                config_or_type._family = family  # not a field: never saved
             return family
     known = ", ".join(t for f in FAMILIES for t in f.model_types)
     raise BertforgeError(f"unknown model_type {model_type!r}; bertforge reads {known}")
@@ -78,7 +71,5 @@ def config_from_dict(data: dict, source: str = "config"):
         family = family_of(model_type)
     except BertforgeError as e:
         raise BertforgeError(f"{source}: {e}") from None
-    config = family.config.from_dict(data, source)
-    config._family = family  # looked up once: see family_of
-    return config
+    return family.config.from_dict(data, source)
 

@@ -80,13 +80,15 @@ def hf_class(model_type: str, architecture: str) -> str:
     return layout_of(model_type).hf_class(model_type, architecture)
 
 
-def encoder_key_map(config, architecture: str = "", pooler: bool = True) -> list[tuple[str, str]]:
-    """Every (ours, HF) name pair of the encoder `config` describes, fused projections excepted."""
+def encoder_key_map(config, architecture: str = "", pooler: bool = True, layout: HFLayout | None = None
+                    ) -> list[tuple[str, str]]:
+    """Every (ours, HF) name pair of the encoder `config` describes, fused projections excepted.
+    `layout`: the family's, when the caller has it (see `layout_of`)."""
     def names(with_pooler: bool) -> list[str]:  # our encoder's parameter names, for layouts that rename
         with torch.device("meta"):  # names only: no memory, no initialisation
             return list(encoder(config, pooler=with_pooler).state_dict())
 
-    return layout_of(config).encoder_keys(config, architecture, pooler, names)
+    return (layout or layout_of(config)).encoder_keys(config, architecture, pooler, names)
 
 
 def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
@@ -94,21 +96,21 @@ def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architectu
     pooler = "pooler.dense.weight" in state
     layout = layout_of(config)
     out = {theirs: layout.convert(theirs, state[ours], config, to_hf=True)
-           for ours, theirs in encoder_key_map(config, architecture, pooler)}
+           for ours, theirs in encoder_key_map(config, architecture, pooler, layout)}
     for ours, names in layout.fused(config):
         out.update(zip(names, state[ours].chunk(3, dim=0)))
     return out
 
 
 def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, architecture: str = "",
-                    pooler: bool = True) -> tuple[dict, set]:
+                    pooler: bool = True, layout: HFLayout | None = None) -> tuple[dict, set]:
     """HF names -> our encoder's state dict, and the HF keys that were used.
 
     Keys the encoder needs but `tensors` lacks are simply absent from the result; the caller
     reports them, since only it knows which file they should have been in.
     """
-    state, used, layout = {}, set(), layout_of(config)
-    for ours, theirs in encoder_key_map(config, architecture, pooler):
+    state, used, layout = {}, set(), layout or layout_of(config)
+    for ours, theirs in encoder_key_map(config, architecture, pooler, layout):
         if theirs in tensors:
             state[ours] = layout.convert(theirs, tensors[theirs], config, to_hf=False)
             used.add(theirs)
@@ -130,7 +132,8 @@ def has_masked_lm_head(config) -> bool:
                for a in config.architectures or ())
 
 
-def read_weights(directory: str, model_type="bert") -> tuple[dict[str, torch.Tensor], str]:
+def read_weights(directory: str, model_type: str = "bert", layout: HFLayout | None = None
+                 ) -> tuple[dict[str, torch.Tensor], str]:
     """All tensors of a checkpoint directory under names relative to the encoder (`BertModel`'s,
     `AlbertModel`'s, ...): the family's prefix is stripped.
 
@@ -154,7 +157,7 @@ def read_weights(directory: str, model_type="bert") -> tuple[dict[str, torch.Ten
     if os.path.exists(extra):
         tensors.update(read_safetensors(extra))
     check_finite(tensors, path)
-    return canonical_names(tensors, path, model_type), path
+    return canonical_names(tensors, path, model_type, layout), path
 
 
 def shard_files(index: str) -> list[str]:
@@ -169,11 +172,11 @@ def shard_files(index: str) -> list[str]:
     return sorted(set(shards))
 
 
-def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type="bert") -> dict:
+def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: str = "bert",
+                    layout: HFLayout | None = None) -> dict:
     """Strip the family's prefix, rename legacy gamma/beta, drop derived keys, check tied decoders.
-    `model_type`: the checkpoint's (or its config, whose family is then known already)."""
-    out, layout = {}, layout_of(model_type)
-    model_type = getattr(model_type, "model_type", model_type)
+    `layout`: the family's, when the caller has it."""
+    out, layout = {}, layout or layout_of(model_type)
     for key, tensor in tensors.items():
         key = key.removeprefix(layout.prefix(model_type) + ".")
         for old, new in LEGACY_SUFFIXES.items():
@@ -219,11 +222,11 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     With `heads=False` only the encoder is read: a new task starts with a fresh head even when the
     checkpoint has one (of another task, or with other labels)."""
     config = config or read_config(directory)
-    tensors, source = read_weights(directory, config)
+    layout = layout_of(config)  # asked of the family once for the whole read
+    tensors, source = read_weights(directory, config.model_type, layout)
     _check_tokenizer(directory, config)
-    layout = layout_of(config)
     body, architecture = encoder_of(model)
-    state, used = encoder_from_hf(tensors, config, architecture, pooler=body.pooler is not None)
+    state, used = encoder_from_hf(tensors, config, architecture, pooler=body.pooler is not None, layout=layout)
     allowed_missing = {f"pooler.{layer}.{kind}" for layer in ("dense", "norm") for kind in ("weight", "bias")}
     fresh = set()  # new task heads: expected to be missing, so no warning
     if body is not model:
