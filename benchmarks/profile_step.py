@@ -1,12 +1,15 @@
 """Where a pretraining step's time goes: torch.profiler over a few steps of ours (or transformers'),
-the same batch as the speed suite's pretraining case, top operators by self CPU time.
+the same batch as the speed suite's pretraining case, top operators by self CPU time (by self CUDA
+time on a GPU, with the median step time).
 
     python benchmarks/profile_step.py [--preset bert-mini] [--impl ours|transformers] [--rows 25]
+                                      [--device cpu|cuda] [--batch B --length T]
 """
 
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -19,14 +22,32 @@ def main() -> None:
     parser.add_argument("--preset", default="bert-mini", choices=speed.PRESETS)
     parser.add_argument("--impl", default="ours", choices=["ours", "transformers"])
     parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--batch", type=int, default=speed.BATCH)
+    parser.add_argument("--length", type=int, default=speed.LENGTH)
     args = parser.parse_args()
-    step, _ = speed.pretrain_step(args.impl, args.preset)
-    for _ in range(2):
+    gpu = args.device == "cuda"
+    step, _ = speed.pretrain_step(args.impl, args.preset, args.device, args.batch, args.length)
+    for _ in range(3):
         step()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    if gpu:
+        times = []
+        for _ in range(10):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        print(f"{args.impl} {args.preset} {args.batch} x {args.length}: median step "
+              f"{1e3 * sorted(times)[5]:.1f} ms")
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
+    with torch.profiler.profile(activities=activities) as prof:
         for _ in range(3):
             step()
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+        if gpu:
+            torch.cuda.synchronize()
+    sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60))
 
 
 if __name__ == "__main__":

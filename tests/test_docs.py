@@ -466,7 +466,7 @@ class Runner:
         argv = words[:cut] + scaled(expand(words[cut:], self.env, self.work))
         done = subprocess.run(["bash", "-c", bash(argv)], cwd=self.work, capture_output=True, text=True,
                               env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-                                   "OMP_NUM_THREADS": "1"})
+                                   "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
         if done.returncode:
             raise Failed(f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
         output_is_right(saved_model, self.work / value_of(argv, "--out") / "model")

@@ -50,8 +50,12 @@ def test_written_out_attention_equals_sdpa():
     assert out.shape == expected.shape and not torch.allclose(out, expected)
 
 
+@pytest.mark.parametrize("rows", [16, 7, 45])  # the CPU's blocks, uneven blocks, one block (a GPU's)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_vocab_cross_entropy_equals_the_plain_one(dtype):
+def test_vocab_cross_entropy_equals_the_plain_one(dtype, rows, monkeypatch):
+    import bertforge.losses as losses
+
+    monkeypatch.setattr(losses, "rows_per_block", lambda logits: rows)
     torch.manual_seed(0)
     logits = (torch.randn(45, 3001) * 4).to(dtype).requires_grad_()  # more rows than one block
     targets = torch.randint(0, 3001, (45,))
@@ -65,6 +69,17 @@ def test_vocab_cross_entropy_equals_the_plain_one(dtype):
     tolerance = 1e-6 if dtype == torch.float32 else 2e-3  # bf16: one rounding of the gradient
     assert (grad.float() - logits.grad.float()).abs().max() <= tolerance
     assert vocab_cross_entropy(logits[:0], targets[:0]).item() == 0.0
+
+
+def test_the_loss_takes_few_large_blocks_off_the_cpu():
+    """On a GPU each block is a dozen kernel launches: BERT-base's 2,458 masked rows by 30,522 pieces
+    take two blocks of at most 256 MiB in fp32 there, where a CPU takes 16 rows at a time."""
+    from bertforge.losses import rows_per_block
+
+    assert rows_per_block(torch.empty(2458, 30522)) == 16
+    rows = rows_per_block(torch.empty(2458, 30522, device="meta"))
+    assert rows * 30522 * 4 <= 1 << 28 and -(-2458 // rows) == 2
+    assert rows_per_block(torch.empty(10, 10_000_000, device="meta")) == 16  # never fewer than the CPU's
 
 
 def test_shards_tokenize_word_by_word_exactly(shared_data):

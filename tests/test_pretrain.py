@@ -187,7 +187,9 @@ def test_two_processes_follow_one_process_at_the_same_global_batch(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(DDP_SCRIPT)
     args = [str(tmp_path / "corpus"), None, str(tmp_path / "tok"), str(tmp_path / "cache")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # gloo on the CPU, the same arithmetic in one process and two (a GPU machine would give NCCL and
+    # its own sums; one with a single GPU cannot run two processes at all)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 
     def run(prefix, out, accum="1"):
         args[1] = str(tmp_path / out)

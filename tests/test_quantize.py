@@ -40,6 +40,16 @@ def test_int8_is_refused_off_the_cpu_and_an_unknown_precision_is_named():
         for_inference(Bert(tiny_config()), "fp8")
 
 
+def test_device_auto_is_the_cpu_for_int8_where_there_is_a_gpu(monkeypatch):
+    """--precision int8 with the default --device auto runs on a GPU machine (on its CPU, where int8
+    runs) instead of being refused; every other precision takes the GPU."""
+    from bertforge.cli.common import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto", "int8") == torch.device("cpu")
+    assert resolve_device("auto", "bf16") == resolve_device("auto") == torch.device("cuda")
+
+
 def test_int8_minilm_vectors_stay_close_to_fp32(minilm_dir):
     """all-MiniLM-L6-v2's real weights: the quantized embedder's vectors point where fp32's do
     (mean cosine 0.99 on 1,000 SST-2 sentences; 0.97 with PyTorch's 7-bit activations)."""

@@ -261,4 +261,4 @@ def test_no_update_is_applied_from_a_non_finite_step_on(tmp_path, corpus, monkey
         run(tmp_path, "run", steps=8, log_every=8, save_every=2)
     good = load_pretrained(str(tmp_path / "run" / "checkpoints" / "step-0000002"), cls=BertPretraining)
     stopped = dict(kept["model"].named_parameters())
-    assert all(torch.equal(p, stopped[name]) for name, p in good.named_parameters())
+    assert all(torch.equal(p, stopped[name].cpu()) for name, p in good.named_parameters())  # trained on any device

@@ -82,7 +82,8 @@ class Generator:
             logits = self.model.lm_logits(hidden[0], last)[0].float()  # (V,)
             if do_sample:
                 probabilities = filtered(logits / temperature, top_k, top_p).softmax(-1)
-                token = int(torch.multinomial(probabilities, 1, generator=generator))
+                # drawn on the CPU, by the CPU generator: the same seed gives the same text on any device
+                token = int(torch.multinomial(probabilities.cpu(), 1, generator=generator))
             else:
                 token = int(logits.argmax())
             new.append(token)

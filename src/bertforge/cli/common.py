@@ -38,13 +38,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def add_device(parser: argparse.ArgumentParser) -> None:
     """--device, last among the options of a command that runs a model."""
     parser.add_argument("--device", default="auto",
-                        help="auto (a GPU when there is one, else the CPU), cpu, cuda or cuda:N")
+                        help="auto (a GPU when there is one, else the CPU; the CPU for --precision int8), "
+                             "cpu, cuda or cuda:N")
 
 
-def resolve_device(name: str):
+def resolve_device(name: str, precision: str | None = None):
+    """The --device asked for; `auto` with int8, whose kernels are the CPU's, is the CPU even where
+    there is a GPU (asking for cuda with int8 is refused, saying so)."""
     from ..training.device import resolve_device as resolve  # torch is imported only by commands that use it
 
-    return resolve(name)
+    return resolve("cpu" if name == "auto" and precision == "int8" else name)
 
 
 class _Renamed(argparse.Action):

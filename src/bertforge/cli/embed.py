@@ -46,7 +46,7 @@ def run(args) -> None:
     texts = [line.rstrip("\r") for line in read_text(args.input).split("\n") if line.strip()]
     if not texts:
         raise BertforgeError(f"{args.input or '<stdin>'}: no text to embed")
-    embedder = Embedder.from_pretrained(args.model, resolve_device(args.device), args.precision)
+    embedder = Embedder.from_pretrained(args.model, resolve_device(args.device, args.precision), args.precision)
     refused = getattr(embedder, "LAYERS_REFUSED", None)  # a model whose vectors come of no layer number
     if args.layers and refused:
         raise BertforgeError(f"{args.model}: {refused}")

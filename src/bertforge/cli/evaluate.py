@@ -24,7 +24,7 @@ def run(args) -> None:
     from ..finetune import evaluate
     from ..metrics import format_scores
 
-    result = evaluate(args.model, args.data, args.batch_size, resolve_device(args.device), args.precision,
-                      progress=True)
+    device = resolve_device(args.device, args.precision)
+    result = evaluate(args.model, args.data, args.batch_size, device, args.precision, progress=True)
     print(json.dumps(result))  # fractions, for programs; for people, in percent on standard error:
     print(format_scores(result), file=sys.stderr)

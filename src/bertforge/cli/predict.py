@@ -29,7 +29,8 @@ def add_command(commands) -> None:
 def run(args) -> None:
     from ..finetune import predict
 
-    n = predict(args.model, args.input, args.output, args.batch_size, args.format, resolve_device(args.device),
-                args.precision, progress=True)  # a header and progress on standard error; predictions may go to standard output
+    device = resolve_device(args.device, args.precision)
+    n = predict(args.model, args.input, args.output, args.batch_size, args.format, device, args.precision,
+                progress=True)  # a header and progress on standard error; predictions may go to standard output
     if args.output:
         print(f"wrote {n} predictions to {args.output}", file=sys.stderr)

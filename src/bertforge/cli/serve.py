@@ -54,5 +54,5 @@ def run(args) -> None:
     limits = Limits(texts=args.max_texts, tokens=args.max_tokens, choices=args.max_choices, beam=args.max_beam,
                     answer_bytes=round(args.max_answer_mb * 1e6), read_seconds=args.read_timeout,
                     keep_alive_seconds=args.keep_alive, seconds=args.max_request_seconds)
-    serve(args.model, args.host, args.port, resolve_device(args.device), args.max_batch, args.max_wait_ms, limits,
-          args.precision)
+    device = resolve_device(args.device, args.precision)
+    serve(args.model, args.host, args.port, device, args.max_batch, args.max_wait_ms, limits, args.precision)

@@ -139,7 +139,7 @@ def run_translate(args) -> None:
     check_apart(args.output, args.input, args.reference, args.model)
     sentences = _read_lines(args.input)  # bad input is said before the model is read
     references = _read_lines(args.reference) if args.reference else None
-    loaded = load(args.model, resolve_device(args.device), use="translate")
+    loaded = load(args.model, resolve_device(args.device, args.precision), use="translate")
     source = args.input or "standard input"
     options = DecodeOptions(beam=args.beam, length_penalty=args.length_penalty, penalty=args.penalty,
                             max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size,

@@ -9,16 +9,24 @@ import os
 import torch
 import torch.distributed as dist
 
+from ..errors import BertforgeError
+
 
 def distributed_setup():
     """(rank, world size, device). Under torchrun, joins the process group: NCCL on GPUs, gloo on CPU."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    here = int(os.environ.get("LOCAL_WORLD_SIZE", local + 1))  # processes on this machine
+    if gpus and here > gpus:  # NCCL takes one GPU a process; said by every process, before any joins
+        raise BertforgeError(f"torchrun started {here} processes on this machine, which has {gpus} GPU"
+                             f"{'s' * (gpus > 1)}: one a GPU (--nproc_per_node={gpus}), or CUDA_VISIBLE_DEVICES= "
+                             f"to train on the CPU")
     if world > 1 and not dist.is_initialized():
         # Generous: the other processes wait while rank 0 learns a vocabulary and builds shards.
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=datetime.timedelta(hours=4))
+        dist.init_process_group("nccl" if gpus else "gloo", timeout=datetime.timedelta(hours=4))
     rank = dist.get_rank() if world > 1 else 0
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
+    if gpus:
         torch.cuda.set_device(local)
         return rank, world, torch.device("cuda", local)
     return rank, world, torch.device("cpu")
