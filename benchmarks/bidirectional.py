@@ -92,7 +92,7 @@ def random_init(pretrained: str, out: str, seed: int) -> None:
     """The pretrained model's architecture and tokenizer, randomly initialised, never pretrained."""
     subprocess.run([sys.executable, "-c",
                     "import torch; from bertforge import Tokenizer, save_pretrained; "
-                    "from bertforge.checkpoint import read_config; from bertforge.models import encoder; "
+                    "from bertforge.checkpoint import read_config; from bertforge.families import encoder; "
                     f"torch.manual_seed({seed}); config = read_config({pretrained!r}); "
                     f"save_pretrained(encoder(config), {out!r}, Tokenizer.from_pretrained({pretrained!r}))"],
                    check=True)

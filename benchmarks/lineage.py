@@ -251,7 +251,7 @@ def random_init(pretrained: str, out: str, seed: int) -> None:
             "    from bertforge.models.elmo import ELMoLanguageModel as M\n"
             "else:\n    M = None\n"
             "if M is None:\n"
-            "    from bertforge.models import encoder; save_pretrained(encoder(config), "
+            "    from bertforge.families import encoder; save_pretrained(encoder(config), "
             f"{out!r}, tok)\n"
             "else:\n"
             f"    os.makedirs({out!r}, exist_ok=True); native.write(M(config), {out!r}, tok)\n")

@@ -10,7 +10,8 @@ from bertforge import BertforgeError
 from bertforge.pretrain import pretrain
 from bertforge.config import default_preset
 from bertforge.config import preset
-from bertforge.recipe import finetuning_lr, pretraining_plan, pretraining_recipe, vocabulary_size
+from bertforge.recipe import pretraining_plan, pretraining_recipe, vocabulary_size
+from bertforge.training.optim import finetuning_lr
 from bertforge.training.budget import replan
 from bertforge.training.trainer import TrainOptions
 

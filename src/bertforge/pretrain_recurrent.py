@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
 import torch
 
@@ -30,6 +29,7 @@ from .data.words import BOS_WORD, EOS_WORD, WordVocab, word_characters
 from .errors import BertforgeError
 from .families import objective as find_objective
 from .families import resolve
+from .families.base import Optimisation
 from .formats import native
 from .models.objectives import BiLMPretraining, RecurrentLMPretraining
 from .paths import check_apart
@@ -47,27 +47,11 @@ DROPOUTS = ("output_p", "hidden_p", "input_p", "embed_p", "weight_p")
 EMBEDDINGS = "backbone.embeddings.weight"  # the AWD-LSTM's word embeddings in its state dict
 
 
-@dataclass(frozen=True)
-class Optimisation:
-    lr: float
-    betas: tuple[float, float]
-    schedule: str
-    warmup: float
-    clip: float
-    layer_decay: float = 1.0
-
-
-# Stage 1: Adam with ULMFiT's low beta1 and a one-cycle schedule (fastai's fit_one_cycle: a quarter
-# rising, then a cosine down), clipping at AWD-LSTM's 0.25.
-PRETRAINING = Optimisation(lr=3e-3, betas=(0.8, 0.99), schedule="one-cycle", warmup=0.25, clip=0.25)
-# Stage 2: ULMFiT's target-task LM fine-tuning (section 3.2 and its released scripts): peak 4e-3 at
-# the top layer, / 2.6 per layer down, slanted triangular rates with a 10% rise, betas (0.7, 0.99).
+# Stage 2 (AWD-LSTM's --init): ULMFiT's target-task LM fine-tuning (section 3.2 and its released
+# scripts): peak 4e-3 at the top layer, / 2.6 per layer down, slanted triangular rates with a 10%
+# rise, betas (0.7, 0.99). Stage 1's settings are each objective's record's (`optimisation`).
 LM_FINETUNING = Optimisation(lr=4e-3, betas=(0.7, 0.99), schedule="slanted", warmup=0.1, clip=0.25,
                              layer_decay=1 / 2.6)
-# ELMo's biLM: bilm-tf trains with Adagrad at 0.2 over 10 epochs of a billion words, clipping at 10;
-# our one loop is AdamW's: 2e-3 with a cosine, the order of rate our other small models train at
-# (not tuned for ELMo yet), bilm-tf's clipping.
-BILM = Optimisation(lr=2e-3, betas=(0.9, 0.999), schedule="one-cycle", warmup=0.1, clip=10.0)
 
 
 def default_options(out: str, init: str | None, objective: str = "awd-lstm", **given) -> TrainOptions:

@@ -13,6 +13,6 @@ FAMILY = Family(
     default_preset="distil-tiny",
     objectives=(Objective("distil-mlm", "distilbert", ("mlm",), "distil_family.model:masked_lm"),),
     encoder="distil_family.model:DistilEncoder", task_model="distil_family.model:task_model",
-    new_config="distil_family.config:new_config", finetuning="bertforge.recipe:finetuning_by_width",
+    new_config="distil_family.config:new_config", finetuning="bertforge.training.optim:finetuning_by_width",
     describe="DistilBERT-shaped", uses=("embed", "serve", "onnx"), lm="masked",
 )

@@ -11,7 +11,7 @@ from .config import PRESETS, GRUConfig
 FAMILY = Family(
     name="gru-translation", model_types=("tiny-gru",), config=GRUConfig, presets=PRESETS, objectives=(),
     default_preset="gru-tiny", encoder="tiny_seq2seq.model:GRUTranslator", task_model=None,
-    finetuning="bertforge.recipe:finetuning_by_width", describe="GRU translator", tasks=(), native=True,
+    finetuning="bertforge.training.optim:finetuning_by_width", describe="GRU translator", tasks=(), native=True,
     vocab_kind="joint", tokenizer="bertforge.data.opus_mt:TranslationVocabulary", uses=("translate", "serve"),
     arch="gru", schedule=(3e-3, 30),
 )

@@ -11,7 +11,7 @@ from ..errors import BertforgeError
 from . import awd_lstm, bert, cove, elmo, gpt, marian, modernbert
 from .base import USES, Family, Objective, resolve
 
-__all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "family_of", "objective",
+__all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "encoder", "family_of", "objective",
            "objective_names", "register", "resolve", "translation_archs", "unregister"]
 
 FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.FAMILY, elmo.FAMILY, marian.FAMILY,
@@ -40,6 +40,11 @@ def family_of(config_or_type) -> Family:
             return family
     known = ", ".join(t for f in FAMILIES for t in f.model_types)
     raise BertforgeError(f"unknown model_type {model_type!r}; bertforge reads {known}")
+
+
+def encoder(config, pooler: bool = True):
+    """The encoder (or GPT-1's decoder) `config` describes, with its pooler unless `pooler=False`."""
+    return family_of(config).call("encoder", config, pooler)
 
 
 def translation_archs() -> dict:

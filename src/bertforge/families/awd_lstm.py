@@ -2,7 +2,11 @@
 fine-tunes on the target text, and fine-tunes again as a classifier."""
 
 from ..config.recurrent import AWD_LSTM_PRESETS, AWDLSTMConfig
-from .base import Family, Objective
+from .base import Family, Objective, Optimisation
+
+# Stage 1: Adam with ULMFiT's low beta1 and a one-cycle schedule (fastai's fit_one_cycle: a quarter
+# rising, then a cosine down), clipping at AWD-LSTM's 0.25.
+PRETRAINING = Optimisation(lr=3e-3, betas=(0.8, 0.99), schedule="one-cycle", warmup=0.25, clip=0.25)
 
 # ULMFiT's classifier (section 3.3, and fastai's text_classifier_learner): a peak of 1e-2 at the
 # head, / 2.6 per layer down (discriminative rates), slanted triangular rates, Adam's beta1 lowered
@@ -20,7 +24,7 @@ FAMILY = Family(
     name="awd-lstm", model_types=("awd-lstm",), config=AWDLSTMConfig, presets=AWD_LSTM_PRESETS,
     default_preset="awd-lstm-small", pipeline="word", native=True, vocab_kind="words",
     objectives=(Objective("awd-lstm", "awd-lstm", ("lm", "ar", "tar"), "bertforge.models.objectives:RecurrentLMPretraining",
-                          masks=False, batch_size=64, optimisation="bertforge.pretrain_recurrent:PRETRAINING"),),
+                          masks=False, batch_size=64, optimisation=PRETRAINING),),
     encoder="bertforge.models.awd_lstm:AWDLSTM", task_model="bertforge.tasks.classification:recurrent_task_model",
     finetuning="bertforge.families.awd_lstm:finetuning", finetuning_config=ULMFIT_DROPOUTS, gradual_unfreezing=True,
     finetuning_note="ULMFiT's classifier recipe: peak lr {lr:g} at the head, x {layer_decay:.3g} per layer down, "

@@ -33,6 +33,17 @@ def resolve(path: str | Callable) -> Any:
 
 
 @dataclass(frozen=True)
+class Optimisation:
+    """A recurrent objective's optimisation settings (`Objective.optimisation`)."""
+    lr: float
+    betas: tuple[float, float]
+    schedule: str
+    warmup: float
+    clip: float
+    layer_decay: float = 1.0
+
+
+@dataclass(frozen=True)
 class Objective:
     """One pretraining objective of a family.
 
@@ -61,7 +72,7 @@ class Objective:
     layer_norm: str = "post"  # the small-budget recipe's layer order (a family with a choice of order)
     paper: dict = field(default_factory=dict)
     continues: tuple[str, ...] = ()  # the model types `--init` may continue with it (default: its own)
-    optimisation: str | None = None  # recurrent objectives: the dotted path of their Optimisation
+    optimisation: Optimisation | str | None = None  # recurrent objectives: their settings (or its dotted path)
 
     def can_continue(self, model_type: str) -> bool:
         return model_type in (self.continues or (self.model_type,))

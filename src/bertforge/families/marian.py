@@ -10,7 +10,7 @@ from .base import Family
 FAMILY = Family(
     name="translation", model_types=("marian",), config=MarianConfig, presets=PRESETS, objectives=(),
     encoder="bertforge.models.translation:Transformer", task_model=None,
-    finetuning="bertforge.recipe:finetuning_by_width", describe="translation Transformer", tasks=(),
+    finetuning="bertforge.training.optim:finetuning_by_width", describe="translation Transformer", tasks=(),
     vocab_kind="joint", checkpoint="bertforge.formats.marian", default_preset="multi30k",
     tokenizer="bertforge.data.opus_mt:TranslationVocabulary",
     uses=("translate", "serve", "attention", "onnx"),

@@ -22,9 +22,8 @@ from ..checkpoint import read_config
 from ..config import BertConfig, ModernBertConfig
 from ..config.base import _read_json
 from ..errors import BertforgeError
-from ..families import family_of, resolve
+from ..families import encoder, family_of, resolve
 from ..families.hf_layout import HFLayout
-from ..models import encoder
 from ..paths import inside
 from . import native
 from .tensors import check_finite, load_state, read_pickled, read_safetensors

@@ -23,7 +23,7 @@ from torch import nn
 from ..config import AWDLSTMConfig, BertConfig, ELMoConfig, GPTConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
 from ..losses import sampled_softmax_loss, vocab_cross_entropy
-from . import encoder
+from ..families import encoder
 from .awd_lstm import AWDLSTMLanguageModel
 from .bert import init_weights
 from .elmo import ELMoLanguageModel

@@ -15,11 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import BertConfig
-from ..families import family_of
+from ..families import encoder, family_of
 from ..errors import BertforgeError
 from ..models.heads import ClassifierHead
 from ..metrics import accuracy
-from ..models import encoder
 from ..models.bert import init_weights
 from .common import auxiliary_lm, build_task_model, finetuned_config, inference_batches, pad, place, read_records, token_types
 from .common import field as column_of

@@ -17,7 +17,7 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..losses import classification_losses
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
-from ..models import encoder
+from ..families import encoder
 from ..models.bert import init_weights
 from ..models.heads import ClassifierHead, concat_pool
 from ..models.scalar_mix import ScalarMix

@@ -23,7 +23,7 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..models.heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
-from ..models import encoder
+from ..families import encoder
 from ..models.bert import init_weights
 from .common import (
     auxiliary_lm,

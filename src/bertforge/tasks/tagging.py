@@ -21,7 +21,7 @@ from ..errors import BertforgeError
 from ..losses import tagging_losses
 from ..models.heads import ClassifierHead
 from ..metrics import entities, entity_scores
-from ..models import encoder
+from ..families import encoder
 from ..models.bert import init_weights
 from ..models.crf import CRF
 from .common import (

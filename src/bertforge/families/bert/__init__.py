@@ -33,7 +33,7 @@ FAMILY = Family(
     name="bert", hf="bertforge.families.bert.hf:LAYOUT",
     model_types=MODEL_TYPES, config=BertConfig, presets=PRESETS, objectives=OBJECTIVES,
     encoder="bertforge.models.bert:Bert", task_model="bertforge.tasks.common:encoder_task_model",
-    finetuning="bertforge.recipe:finetuning_by_width", new_config="bertforge.config.bert:pretraining_config",
+    finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.bert:pretraining_config",
     embedder="bertforge.embed:Embedder", describe="BERT-family",
     uses=("embed", "fill-mask", "evaluate-lm", "serve", "attention", "onnx"), lm="masked",
 )

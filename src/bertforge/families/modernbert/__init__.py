@@ -12,7 +12,7 @@ FAMILY = Family(
     objectives=(Objective("modernbert", "modernbert", ("mlm",), "bertforge.models.objectives:masked_lm",
                           positions=("rotary",), rotary=True, mask_prob=0.3),),
     encoder="bertforge.models.modernbert:ModernBert", task_model="bertforge.tasks.common:encoder_task_model",
-    finetuning="bertforge.recipe:finetuning_by_width", new_config="bertforge.config.modernbert:pretraining_config",
+    finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.modernbert:pretraining_config",
     embedder="bertforge.embed:Embedder", describe="ModernBERT",
     uses=("embed", "fill-mask", "evaluate-lm", "serve", "onnx"), lm="masked",
 )
