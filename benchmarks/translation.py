@@ -28,6 +28,7 @@ speed    in one sitting, each measurement in its own process, in turn: the train
     python benchmarks/translation.py quality --arch lstm --word-vectors runs/glove.txt --dropout 0.3 --no-peer --out runs/mt-lstm
     python benchmarks/translation.py speed --out runs/mt-speed
     python benchmarks/translation.py speed --model runs/mt-quality/ours/model --out runs/mt-speed
+    python benchmarks/translation.py speed --model runs/mt-quality/ours/model --cases step --out runs/mt-step
     python benchmarks/translation.py quality --quick --out runs/mt-quality-quick
     python benchmarks/translation.py speed --quick --out runs/mt-speed-quick
 
@@ -528,10 +529,12 @@ def speed(args, size: dict) -> dict:
     pair, rounds = "-".join(args.pair), 1 if args.quick else 2
     warm, timed = ("1", "2") if args.quick else ("3", str(args.steps))
     rows = []
-    for precision in ["fp32"] + (["bf16"] if cpu_has_bf16() else []):
+    for precision in (["fp32"] + (["bf16"] if cpu_has_bf16() else [])) * ("step" in args.cases):
         best = alternate(["ours", "transformers"], rounds, "step", precision, model_dir, pair, warm, timed)
         rows += speed_rows(f"training step, {pair} batches of {MAX_TOKENS:,} tokens ({timed} timed)", precision,
                            best, "target tokens")
+    if "decode" not in args.cases:
+        return {"pair": pair, "model": model_dir, "rounds": rounds, "rows": rows}
     ct2_dir = os.path.join(args.out, "ctranslate2")
     ct2_missing = convert_ct2(model_dir, ct2_dir)
     count = str(size["sentences"] if args.quick else args.sentences)
@@ -648,6 +651,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--train-minutes", type=float, default=5.0, help="how long to train them when no --model")
     s.add_argument("--sentences", type=int, default=500, help="test sentences to decode")
     s.add_argument("--steps", type=int, default=10, help="timed training steps per round (after 3 untimed)")
+    s.add_argument("--cases", nargs="+", choices=["step", "decode"], default=["step", "decode"],
+                   help="the training step, decoding, or both")
     for p in (q, s):
         p.add_argument("--pair", type=pair_arg, default=("en", "de"), help="SRC-TGT (default en-de)")
         p.add_argument("--out", default=f"runs/mt-{p.prog.split()[-1]}")

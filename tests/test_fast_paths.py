@@ -11,7 +11,7 @@ from conftest import write_corpus
 
 from bertforge import Tokenizer
 from bertforge.data.shards import encode_sentences, word_local
-from bertforge.losses import vocab_cross_entropy
+from bertforge.losses import vocab_loss
 from bertforge.models.bert import attention, dropout, dropout_mask
 
 
@@ -50,25 +50,30 @@ def test_written_out_attention_equals_sdpa():
     assert out.shape == expected.shape and not torch.allclose(out, expected)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("rows", [16, 7, 45])  # the CPU's blocks, uneven blocks, one block (a GPU's)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_vocab_cross_entropy_equals_the_plain_one(dtype, rows, monkeypatch):
+def test_vocab_loss_equals_the_plain_one_and_counts_as_argmax_does(dtype, rows, smoothing, monkeypatch):
     import bertforge.losses as losses
 
     monkeypatch.setattr(losses, "rows_per_block", lambda logits: rows)
     torch.manual_seed(0)
-    logits = (torch.randn(45, 3001) * 4).to(dtype).requires_grad_()  # more rows than one block
+    logits = (torch.randn(45, 3001) * 4).to(dtype)  # more rows than one block
     targets = torch.randint(0, 3001, (45,))
-    ours = vocab_cross_entropy(logits, targets)
+    targets[::3] = logits.argmax(-1)[::3]  # a third right
+    logits[1, [5, 10]], targets[1] = 100.0, 10  # a tie: argmax takes the first, so this row is wrong
+    logits.requires_grad_()
+    ours, correct = vocab_loss(logits, targets, smoothing)
+    assert correct.item() == (logits.argmax(-1) == targets).sum().item() == 15
     (ours * 0.5).backward()
     grad = logits.grad.clone()
     logits.grad = None
-    plain = F.cross_entropy(logits.float(), targets, reduction="sum")
+    plain = F.cross_entropy(logits.float(), targets, reduction="sum", label_smoothing=smoothing)
     (plain * 0.5).backward()
     assert ours.dtype == torch.float32 and abs(ours.item() - plain.item()) <= 1e-5 * plain.item()
     tolerance = 1e-6 if dtype == torch.float32 else 2e-3  # bf16: one rounding of the gradient
     assert (grad.float() - logits.grad.float()).abs().max() <= tolerance
-    assert vocab_cross_entropy(logits[:0], targets[:0]).item() == 0.0
+    assert [t.item() for t in vocab_loss(logits[:0], targets[:0])] == [0.0, 0]
 
 
 def test_the_loss_takes_few_large_blocks_off_the_cpu():

@@ -54,7 +54,9 @@ def _train(tmp_path, reverse: bool, steps: int):
 @pytest.fixture(scope="module")
 def reverse_run(tmp_path_factory):
     torch.manual_seed(0)
-    return _train(tmp_path_factory.mktemp("reverse"), reverse=True, steps=1000)
+    # 1,500 steps: at 1,000 a run reaches 0.74-1.0 of the sentences exactly depending on the seed (18
+    # seeds, each of two loss implementations); at 1,500 every seed tried reached 1.0
+    return _train(tmp_path_factory.mktemp("reverse"), reverse=True, steps=1500)
 
 
 def test_averaging_takes_checkpoints_of_the_last_quarter_only():
@@ -69,7 +71,7 @@ def test_a_tiny_model_learns_to_reverse_through_the_pipeline(reverse_run):
     """Reversing needs the decoder to look at the right source word at each step (cross-attention
     and positions): a model without either stays far below."""
     out, valid, summary = reverse_run
-    assert summary["averaged"] == ["step-0000900", "step-0001000"]
+    assert summary["averaged"] == ["step-0001350", "step-0001500"]
     loaded = load(os.path.join(out, "model"))
     sources = open(valid + ".src", encoding="utf-8").read().splitlines()
     targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()

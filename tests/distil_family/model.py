@@ -4,7 +4,7 @@ masked-LM head. Only the embeddings (no segment table) and the pooler (ReLU) are
 import torch
 from torch import nn
 
-from bertforge.losses import vocab_cross_entropy
+from bertforge.losses import vocab_loss
 from bertforge.models.bert import Dropout, EncoderOutput, Layer, init_weights
 from bertforge.models.heads import MLMHead
 
@@ -74,7 +74,8 @@ class DistilMaskedLM(nn.Module):
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["mlm_positions"])  # (M, H)
         logits = self.mlm(selected, self.backbone.embeddings.word.weight)  # (M, V)
         targets = batch["mlm_targets"]
-        return {"mlm": vocab_cross_entropy(logits, targets)}, {"mlm": (logits.argmax(-1) == targets).sum()}
+        loss, correct = vocab_loss(logits, targets)
+        return {"mlm": loss}, {"mlm": correct}
 
 
 def masked_lm(config, terms, generator_fraction=0.25):

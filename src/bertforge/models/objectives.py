@@ -22,7 +22,7 @@ from torch import nn
 
 from ..config import AWDLSTMConfig, BertConfig, ELMoConfig, GPTConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
-from ..losses import sampled_softmax_loss, vocab_cross_entropy
+from ..losses import sampled_softmax_loss, vocab_loss
 from ..families import encoder
 from .awd_lstm import AWDLSTMLanguageModel
 from .bert import init_weights
@@ -77,8 +77,8 @@ class BertPretraining(nn.Module):
         out = self.backbone(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         logits = self.mlm_logits(out.last_hidden_state, batch["mlm_positions"])  # (M, V)
         targets = batch["mlm_targets"]
-        losses = {"mlm": vocab_cross_entropy(logits, targets)}
-        correct = {"mlm": (logits.argmax(-1) == targets).sum()}
+        loss, hits = vocab_loss(logits, targets)
+        losses, correct = {"mlm": loss}, {"mlm": hits}
         if self.nsp is not None:
             labels = batch["sentence_labels"]
             sentence_logits = self.nsp(out.pooler_output).float()  # (B, 2)
@@ -88,8 +88,7 @@ class BertPretraining(nn.Module):
             flat = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])  # (B*T, H)
             sbo_logits = self.sbo(flat.index_select(0, batch["sbo_left"]), flat.index_select(0, batch["sbo_right"]),
                                   batch["sbo_offsets"], self.backbone.embeddings.word.weight)  # (M, V)
-            losses["sbo"] = vocab_cross_entropy(sbo_logits, targets)
-            correct["sbo"] = (sbo_logits.argmax(-1) == targets).sum()
+            losses["sbo"], correct["sbo"] = vocab_loss(sbo_logits, targets)
         return losses, correct
 
 
@@ -114,7 +113,8 @@ class CausalLMPretraining(nn.Module):
         out = self.backbone(batch["input_ids"], None, batch["attention_mask"])
         logits = self.lm_logits(out.last_hidden_state, batch["lm_positions"])  # (M, V)
         targets = batch["lm_targets"]
-        return {"lm": vocab_cross_entropy(logits, targets)}, {"lm": (logits.argmax(-1) == targets).sum()}
+        loss, hits = vocab_loss(logits, targets)
+        return {"lm": loss}, {"lm": hits}
 
 
 class RecurrentLMPretraining(AWDLSTMLanguageModel):
@@ -146,7 +146,8 @@ class RecurrentLMPretraining(AWDLSTMLanguageModel):
             losses, correct = {"lm": loss}, {}
         else:
             logits = self.decoder(hidden)  # (N, V)
-            losses, correct = {"lm": vocab_cross_entropy(logits, targets)}, {"lm": (logits.argmax(-1) == targets).sum()}
+            loss, hits = vocab_loss(logits, targets)
+            losses, correct = {"lm": loss}, {"lm": hits}
         if self.training:
             width = raw.shape[-1]
             losses["ar"] = dropped.float().pow(2).sum() / width  # / count of tokens: the mean
@@ -184,7 +185,7 @@ class BiLMPretraining(ELMoLanguageModel):
         if self.training and self.sampled:
             return sampled_softmax_loss(hidden, targets, self.softmax.weight, self.softmax.bias, self.sampled), None
         logits = self.softmax(hidden)  # (N, V)
-        return vocab_cross_entropy(logits, targets), (logits.argmax(-1) == targets).sum()
+        return vocab_loss(logits, targets)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         losses, correct = {}, {}
@@ -259,8 +260,8 @@ class ElectraPretraining(nn.Module):
         positions, targets = batch["mlm_positions"], batch["mlm_targets"]
         hidden = self.generator.backbone(ids, types, mask).last_hidden_state
         logits = self.generator.mlm_logits(hidden, positions)  # (M, V)
-        losses = {"mlm": vocab_cross_entropy(logits, targets)}
-        correct = {"mlm": (logits.argmax(-1) == targets).sum()}
+        loss, hits = vocab_loss(logits, targets)
+        losses, correct = {"mlm": loss}, {"mlm": hits}
 
         with torch.no_grad():  # no gradient flows through the sampling (as in the paper)
             sampled = torch.multinomial(logits.float().softmax(-1), 1).squeeze(1)  # (M,)

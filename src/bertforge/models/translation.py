@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config.marian import MarianConfig
+from ..losses import vocab_loss
+from .bert import Dropout, attend
 
 ACTIVATION = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "silu": F.silu}
 
@@ -73,8 +75,10 @@ class Attention(nn.Module):
             probs = scores.softmax(-1)
             weights.append(probs)
             out = probs @ v
+        elif dropout > 0:  # training: on a CPU, written out with a fast dropout mask (SDPA's path is slow there)
+            out = attend(q, k, v, mask, dropout, causal)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         return self.out(out.transpose(1, 2).flatten(2))  # (B, T, d)
 
 
@@ -82,7 +86,7 @@ class FeedForward(nn.Module):
     def __init__(self, width: int, inner: int, activation: str, dropout: float):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(width, inner), nn.Linear(inner, width)
-        self.activation, self.dropout = ACTIVATION[activation], nn.Dropout(dropout)
+        self.activation, self.dropout = ACTIVATION[activation], Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dropout(self.activation(self.fc1(x))))
@@ -94,7 +98,7 @@ class Sublayer(nn.Module):
 
     def __init__(self, inner: nn.Module, width: int, dropout: float, before: bool):
         super().__init__()
-        self.inner, self.norm, self.dropout, self.before = inner, nn.LayerNorm(width), nn.Dropout(dropout), before
+        self.inner, self.norm, self.dropout, self.before = inner, nn.LayerNorm(width), Dropout(dropout), before
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if self.before:
@@ -136,7 +140,7 @@ class Stack(nn.Module):
     def __init__(self, c: MarianConfig, layer: type, count: int):
         super().__init__()
         self.scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
         self.register_buffer("positions", sinusoids(c.max_position_embeddings, c.d_model), persistent=False)
         self.layers = nn.ModuleList(layer(c) for _ in range(count))
         self.norm = nn.LayerNorm(c.d_model) if c.normalize_before else None
@@ -205,7 +209,7 @@ class Transformer(nn.Module):
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         weight = self.embeddings.weight * self.keep_rows if self.output is None else self.output.weight
-        return F.linear(states, weight) + self.final_logits_bias
+        return F.linear(states, weight, self.final_logits_bias)
 
     def cross_caches(self, memory: torch.Tensor) -> list[dict]:
         """A fresh cache per decoder layer, holding the encoder states' keys and values."""
@@ -233,11 +237,10 @@ class TranslationObjective(nn.Module):
         memory = model.encode(batch["source"], batch["source_mask"])
         states = model.decode(batch["target_in"], memory, batch["source_mask"])
         keep = batch["target_out"] != -100
-        # N rounded up to a multiple of 64 (the extra rows ignored) for the same reason as padded_width
+        # the output layer's rows rounded up to a multiple of 64 for the same reason as padded_width;
+        # the loss reads the real ones, in fp32 a block at a time (losses.vocab_loss)
         rows = states[keep]
-        extra = -len(rows) % 64
-        logits = model.logits(F.pad(rows, (0, 0, 0, extra))).float()  # (N, V)
-        gold = F.pad(batch["target_out"][keep], (0, extra), value=-100)
-        loss = F.cross_entropy(logits, gold, reduction="sum", label_smoothing=self.label_smoothing)
-        correct = (logits.argmax(-1) == gold).sum()
+        logits = model.logits(F.pad(rows, (0, 0, 0, -len(rows) % 64)))[:len(rows)]  # (N, V)
+        gold = batch["target_out"][keep]
+        loss, correct = vocab_loss(logits, gold, self.label_smoothing)
         return {"mt": loss}, {"mt": correct}
