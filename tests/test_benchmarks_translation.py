@@ -24,10 +24,10 @@ def _quoted_commands() -> list[list[str]]:
 
 def test_every_quoted_command_parses():
     commands = _quoted_commands()
-    assert len(commands) == 8  # the docstring's examples: a change to them shows here
+    assert len(commands) == 9  # the docstring's examples: a change to them shows here
     parser = translation.build_parser()
     parsed = [parser.parse_args(c) for c in commands]
-    assert [a.command for a in parsed] == ["quality"] * 4 + ["speed"] * 2 + ["quality", "speed"]
+    assert [a.command for a in parsed] == ["quality"] * 4 + ["speed"] * 3 + ["quality", "speed"]
     lstm = parsed.pop(3)
     assert (lstm.arch, lstm.word_vectors, lstm.no_peer) == ("lstm", "runs/glove.txt", True)
     full = parsed[0]
@@ -35,7 +35,8 @@ def test_every_quoted_command_parses():
                                                                                       False)
     assert parsed[1].peer_minutes == 30.0 and parsed[2].no_peer
     assert parsed[4].model == "runs/mt-quality/ours/model" and parsed[3].sentences == 500
-    assert parsed[5].quick and parsed[6].quick and parsed[6].out == "runs/mt-speed-quick"
+    assert parsed[3].cases == parsed[4].cases == ["step", "decode"] and parsed[5].cases == ["step"]
+    assert parsed[6].quick and parsed[7].quick and parsed[7].out == "runs/mt-speed-quick"
     assert parser.parse_args(["speed"]).out == "runs/mt-speed"
 
 
