@@ -529,7 +529,8 @@ def speed(args, size: dict) -> dict:
     pair, rounds = "-".join(args.pair), 1 if args.quick else 2
     warm, timed = ("1", "2") if args.quick else ("3", str(args.steps))
     rows = []
-    for precision in (["fp32"] + (["bf16"] if cpu_has_bf16() else [])) * ("step" in args.cases):
+    step_precisions = ["fp32"] + (["bf16"] if cpu_has_bf16() else [])
+    for precision in step_precisions if "step" in args.cases else []:
         best = alternate(["ours", "transformers"], rounds, "step", precision, model_dir, pair, warm, timed)
         rows += speed_rows(f"training step, {pair} batches of {MAX_TOKENS:,} tokens ({timed} timed)", precision,
                            best, "target tokens")

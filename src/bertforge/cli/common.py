@@ -43,11 +43,9 @@ def add_device(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_device(name: str, precision: str | None = None):
-    """The --device asked for; `auto` with int8, whose kernels are the CPU's, is the CPU even where
-    there is a GPU (asking for cuda with int8 is refused, saying so)."""
     from ..training.device import resolve_device as resolve  # torch is imported only by commands that use it
 
-    return resolve("cpu" if name == "auto" and precision == "int8" else name)
+    return resolve(name, precision)
 
 
 class _Renamed(argparse.Action):

@@ -8,11 +8,13 @@ import torch
 from ..errors import BertforgeError
 
 
-def resolve_device(name: str | None = "auto") -> torch.device:
+def resolve_device(name: str | None = "auto", precision: str | None = None) -> torch.device:
     """`auto` (a GPU when there is one, else the CPU), `cpu`, `cuda` or `cuda:N`, checked: asking for
-    a GPU that is not there is an error, not a silent fall back to the CPU."""
+    a GPU that is not there is an error, not a silent fall back to the CPU. For `precision` int8,
+    whose kernels are the CPU's, `auto` is the CPU even where there is a GPU (cuda with int8 is
+    refused where the model is quantized)."""
     if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda" if torch.cuda.is_available() and precision != "int8" else "cpu")
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError):
