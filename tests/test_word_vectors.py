@@ -127,8 +127,9 @@ def topic_corpus(path, seed=0, lines=400):
 def test_vectors_learn_which_words_share_contexts(tmp_path):
     topic_corpus(tmp_path / "corpus.txt")
     out = str(tmp_path / "vectors.txt")
-    summary = train_word_vectors(str(tmp_path / "corpus.txt"), out, GloveOptions(dim=8, epochs=30, x_max=10.0),
-                                 layout="lines", progress=False)
+    # 13 words, each of them frequent: subsampling would drop most of this corpus
+    summary = train_word_vectors(str(tmp_path / "corpus.txt"), out,
+                                 GloveOptions(dim=8, epochs=30, x_max=10.0, subsample=0), layout="lines", progress=False)
     assert summary["status"] == "done" and summary["words"] == 13  # 12 words and "."
     words, vectors = read_vectors(out)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -137,6 +138,56 @@ def test_vectors_learn_which_words_share_contexts(tmp_path):
     same = sims[(topic[:, None] == topic[None]) & (topic[:, None] != ".") & ~np.eye(len(words), dtype=bool)]
     across = sims[(topic[:, None] == "sea") & (topic[None] == "sky")]
     assert same.mean() > 0.9 and same.mean() - across.mean() > 0.5, (same.mean(), across.mean())
+
+
+def topic_separation(path) -> float:
+    """Mean cosine between words of one topic less that between the two topics' words, each topic word's
+    vector taken from the topic words' mean (what they all share with "the" taken out): 2 when the
+    topics are two opposite points, near 0 when the vectors do not know them."""
+    words, vectors = read_vectors(path)
+    topic = np.array([w[:3] for w in words])
+    vectors = vectors[np.isin(topic, ["sea", "sky"])]
+    topic = topic[np.isin(topic, ["sea", "sky"])]
+    centred = vectors - vectors.mean(0)
+    unit = centred / np.linalg.norm(centred, axis=1, keepdims=True)
+    sims = unit @ unit.T
+    same = sims[(topic[:, None] == topic[None]) & ~np.eye(len(topic), dtype=bool)]
+    return float(same.mean() - sims[topic[:, None] != topic[None]].mean())
+
+
+def test_subsampling_keeps_each_word_at_its_share(tmp_path):
+    # "the" is 3/4 of the words, the others 1/40 each: with t = 0.01, "the" is kept sqrt(0.01 / 0.75)
+    # of the time and every other word always
+    units = [["the", "the", "the", f"w{k % 10}"] for k in range(5000)]
+    index = {w: k for k, w in enumerate(["the"] + [f"w{k}" for k in range(10)])}
+    keep = np.array([np.sqrt(0.01 / 0.75)] + [1.0] * 10)
+    cooccurrence.count(units, index, str(tmp_path / "a"), window=1, keep=keep, seed=3)
+    entries, info = cooccurrence.read(str(tmp_path / "a"))
+    assert info["words"] == 20000  # the corpus's words, before subsampling
+    # with a window of 1 a unit's kept words make one pair fewer than there are (each of weight 1): as every
+    # unit keeps its w word, the pairs are the kept "the"s
+    kept_the = float(entries["x"].astype(np.float64).sum())
+    expected = 15000 * keep[0]
+    assert abs(kept_the - expected) < 4 * np.sqrt(15000 * keep[0] * (1 - keep[0])), (kept_the, expected)
+    cooccurrence.count(units, index, str(tmp_path / "b"), window=1, keep=keep, seed=3)
+    assert np.array_equal(cooccurrence.read(str(tmp_path / "b"))[0], entries)  # the same seed, the same counts
+
+
+def test_subsampling_lets_the_window_reach_past_frequent_words(tmp_path):
+    """Every topic word is followed by "the": with a window of 1 the topics share no pair, and only
+    subsampling "the" away (it is half the corpus; each topic word 1/24) brings them together."""
+    rng = np.random.default_rng(0)
+    topics = [[f"sea{k}" for k in range(6)], [f"sky{k}" for k in range(6)]]
+    with open(tmp_path / "corpus.txt", "w") as f:
+        for _ in range(400):
+            f.write(" ".join(f"{w} the" for w in rng.choice(topics[rng.integers(2)], 8)) + "\n")
+    separation = {}
+    for t in (0.0, 0.05):
+        out = str(tmp_path / f"v{t}.txt")
+        train_word_vectors(str(tmp_path / "corpus.txt"), out, GloveOptions(dim=8, epochs=30, window=1, subsample=t),
+                           layout="lines", progress=False)
+        separation[t] = topic_separation(out)
+    assert separation[0.05] > 1.5 and separation[0.0] < 0.5, separation
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path):
@@ -237,6 +288,9 @@ def test_command_line(tmp_path, capsys):
                  "--window", "0"]) == 2
     err = capsys.readouterr().err
     assert "--window must be an integer >= 1, got 0" in err and "Traceback" not in err
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", str(tmp_path / "w.txt"),
+                 "--subsample", "1"]) == 2
+    assert "--subsample must be" in capsys.readouterr().err
 
 
 def test_scores_equal_gensims():

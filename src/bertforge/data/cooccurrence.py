@@ -1,7 +1,9 @@
 """Word co-occurrence counts for GloVe, in bounded memory.
 
 As GloVe's `cooccur` tool counts them: words outside the vocabulary are dropped first (they take no
-place in the window), then a symmetric window of `window` words on each side, each pair weighted
+place in the window), and, given `keep`, each occurrence of word k is kept with probability keep[k]
+(word2vec's subsampling of frequent words, applied before the window as Levy et al. 2015's "dirty"
+subsampling, so that the window reaches past the dropped words); then a symmetric window of `window` words on each side, each pair weighted
 1/distance, the window never crossing a unit of the corpus reader (a line or paragraph).
 The counts are symmetric, so only the upper triangle (i <= j) is kept; `Cooccurrences.both_ways`
 gives the trainer each entry in both directions, the diagonal doubled (GloVe adds a repeated word
@@ -31,9 +33,10 @@ FILE, INFO = "cooccurrence.bin", "cooccurrence.json"
 
 
 def count(units, index: dict[str, int], folder: str, window: int = 10, memory_mb: float = 1024,
-          bar=None) -> dict:
+          bar=None, keep: np.ndarray | None = None, seed: int = 0) -> dict:
     """Count the co-occurrences of the words of `units` (an iterable of word lists, one per unit; words
-    not in `index` are dropped) into `folder`; returns the description also written to
+    not in `index` are dropped, and word k is kept with probability `keep[k]` if given, drawn from a
+    generator seeded `seed`) into `folder`; returns the description also written to
     `folder/cooccurrence.json`. Blocks are cut every `block_words` words, inside a unit if need be
     (the last `window` words are carried over), so that no unit, however long, exceeds the bound."""
     if window < 1:
@@ -47,11 +50,14 @@ def count(units, index: dict[str, int], folder: str, window: int = 10, memory_mb
     block_words = max(100, budget // 4 // (window * 40))
     ids, unit_of, unit_number, words_seen = [], [], 0, 0
     carry = (np.empty(0, np.int64), np.empty(0, np.int64))  # the last `window` words of the previous block
+    draws = np.random.default_rng(seed)  # one draw per word in the vocabulary, in corpus order
     for words in units:
         words_seen += len(words)
         if bar is not None:
             bar.update(len(words))
         kept = [index[w] for w in words if w in index]
+        if keep is not None and kept:
+            kept = [k for k, draw in zip(kept, draws.random(len(kept))) if draw < keep[k]]
         for start in range(0, len(kept), block_words):
             piece = kept[start:start + block_words]
             ids.extend(piece)
