@@ -226,7 +226,8 @@ def gpt_step(impl: str, preset_name: str):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
 
         def loss_of():
-            return model(input_ids=ids, attention_mask=mask, labels=ids).loss
+            with ours_autocast() if impl == "transformers-autocast" else contextlib.nullcontext():
+                return model(input_ids=ids, attention_mask=mask, labels=ids).loss
 
     predicted = (LENGTH - 1) / LENGTH  # every position but the last has a next token
     return (optimizer_step(model, optimizer, loss_of),
@@ -664,7 +665,7 @@ def main() -> None:
     if "gpt" in args.cases:
         for name in args.presets:
             add(f"GPT-1 pretraining step {name}, 32 x 128",
-                alternate("pretrain", ["ours", "transformers"], name, "gpt", rounds=1 if name == "bert-base" else 2),
+                alternate("pretrain", step_impls, name, "gpt", rounds=1 if name == "bert-base" else 2),
                 "tokens")
     if "generate" in args.cases:
         work = tempfile.mkdtemp(prefix="bench-generate-")
