@@ -20,7 +20,7 @@ from harness import provenance, provenance_line  # noqa: E402
 from translation import TEST, multi30k, pair_arg  # noqa: E402
 
 # operator (its name after "aten::" or "quantized::") -> kind; the rest are "other operators"
-KINDS = [("matrix products", {"addmm", "mm", "bmm", "linear_dynamic", "matmul", "linear"}),
+KINDS = [("matrix products", {"addmm", "mm", "bmm", "linear_dynamic", "matmul", "linear", "_linear_pointwise"}),
          ("attention", {"_scaled_dot_product_flash_attention_for_cpu", "scaled_dot_product_attention",
                         "_scaled_dot_product_attention_math"}),
          ("layer norm", {"layer_norm", "native_layer_norm"}),

@@ -1,4 +1,5 @@
-"""int8 inference: every linear layer quantized, outputs near fp32's, and the commands that offer it."""
+"""Inference precisions: int8 (every linear layer quantized, outputs near fp32's, and the commands that
+offer it) and fp32's choice of kernel for its products (models/linear.py)."""
 
 import json
 
@@ -10,6 +11,7 @@ from conftest import tiny_config
 from bertforge import Embedder, Predictor
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
+from bertforge.models import linear as fp32_linear
 from bertforge.models.bert import Bert
 from bertforge.quantize import Int8Linear, for_inference, quantize_int8
 
@@ -31,6 +33,57 @@ def test_every_linear_layer_becomes_int8_and_the_outputs_stay_near_fp32():
     assert not linear and len(quantized) == 2 * 4 + 1  # per layer qkv, out, ffn_in, ffn_out; the pooler
     cosine = torch.nn.functional.cosine_similarity(before, after, dim=-1)
     assert cosine.min() > 0.995 and not torch.equal(before, after)
+
+
+def test_fp32_products_run_on_onednn_only_where_it_is_chosen():
+    assert fp32_linear.choose_kernel("AuthenticAMD", "AVX512", None) == "onednn"
+    assert fp32_linear.choose_kernel("GenuineIntel", "AVX512", None) == "mkl"
+    assert fp32_linear.choose_kernel("AuthenticAMD", "AVX2", None) == "mkl"
+    assert fp32_linear.choose_kernel("GenuineIntel", "AVX2", "onednn") == "onednn"
+    assert fp32_linear.choose_kernel("AuthenticAMD", "AVX512", "mkl") == "mkl"
+    with pytest.raises(ValueError, match="BERTFORGE_FP32_LINEAR must be one of onednn, mkl, got 'blas'"):
+        fp32_linear.choose_kernel("AuthenticAMD", "AVX512", "blas")
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "mkl"])
+def test_fp32_inference_on_either_kernel_keeps_the_model_and_its_outputs(monkeypatch, kernel):
+    monkeypatch.setattr(fp32_linear, "fp32_kernel", lambda: kernel)
+    torch.manual_seed(0)
+    model = Bert(tiny_config(num_hidden_layers=2)).eval()
+    ids = torch.randint(5, 99, (4, 12))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        before = model(ids).last_hidden_state
+    autocast = for_inference(model, "fp32")
+    swapped = [m for m in model.modules() if isinstance(m, fp32_linear.InferenceLinear)]
+    assert len(swapped) == (2 * 4 + 1 if kernel == "onednn" else 0)
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    with torch.no_grad(), autocast:
+        after = model(ids).last_hidden_state
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    # with gradients on, the product is PyTorch's own (its backward): equal to the model before, bit for bit
+    model.train(False)
+    training = model(ids).last_hidden_state
+    assert torch.equal(training.detach(), before)
+    training.sum().backward()
+    layers = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and "pooler" not in name]
+    assert len(layers) == 2 * 4 and all(m.weight.grad is not None for m in layers)
+    quantize_int8(model)  # a model made ready for fp32 still quantizes whole
+    assert not [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def test_the_fp32_product_of_linear_equals_f_linear_on_either_kernel(monkeypatch):
+    x, w, b = torch.randn(3, 7, 64), torch.randn(48, 64), torch.randn(48)
+    expected = torch.nn.functional.linear(x, w, b)
+    for kernel in ("onednn", "mkl"):
+        monkeypatch.setattr(fp32_linear, "fp32_kernel", lambda: kernel)
+        with torch.no_grad():
+            torch.testing.assert_close(fp32_linear.linear(x, w, b), expected, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(fp32_linear.linear(x.transpose(0, 1), w), torch.nn.functional.linear(
+                x.transpose(0, 1), w), rtol=1e-5, atol=1e-5)
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast keeps its own product
+                assert torch.equal(fp32_linear.linear(x, w, b), torch.nn.functional.linear(x, w, b))
 
 
 def test_int8_is_refused_off_the_cpu_and_an_unknown_precision_is_named():

@@ -327,4 +327,5 @@ def test_the_benchmarks_quoted_commands_parse():
     commands = [shlex.split(line.strip()[len(prefix):]) for line in bench.__doc__.splitlines()
                 if line.strip().startswith(prefix)]
     parsed = [bench.build_parser().parse_args(c) for c in commands]
-    assert len(parsed) == 3 and (parsed[1].dim, parsed[1].epochs) == (100, 10) and parsed[2].quick
+    assert len(parsed) == 4 and (parsed[1].dim, parsed[1].epochs) == (100, 10) and parsed[3].quick
+    assert (parsed[0].epochs, parsed[0].subsample) == (8, 1e-3) and (parsed[2].subsample, parsed[2].best) == (0, False)

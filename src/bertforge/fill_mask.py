@@ -10,6 +10,7 @@ from .checks import check, count
 from .errors import BertforgeError
 from .load import load
 from .models.objectives import BertPretraining
+from .quantize import for_inference
 from .data.tokenizer import MASK
 
 
@@ -29,6 +30,7 @@ class FillMask:
             raise BertforgeError(f"{directory}: no masked-LM head in this checkpoint (a BertModel?); "
                                  "fill-mask needs one (BertForPreTraining or BertForMaskedLM)") from None
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
+        for_inference(self.model, "fp32")  # its products on this CPU's faster kernel, as served
 
     def __call__(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
         """For each `[MASK]` in `text`, the `top_k` most likely tokens with their probabilities."""

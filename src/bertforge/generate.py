@@ -13,6 +13,7 @@ from .errors import BertforgeError
 from .load import load
 from .models.gpt import Cache
 from .models.objectives import CausalLMPretraining
+from .quantize import for_inference
 
 
 def check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int, top_p: float) -> None:
@@ -44,6 +45,7 @@ class Generator:
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
         loaded = load(directory, device, model=CausalLMPretraining, use="generate")
         self.config, self.tokenizer, self.model = loaded.config, loaded.tokenizer, loaded.model
+        for_inference(self.model, "fp32")  # its products on this CPU's faster kernel
         self.device = torch.device(device)
         self._warned = False
 

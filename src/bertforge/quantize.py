@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from .errors import BertforgeError
+from .models.linear import InferenceLinear, for_fp32_inference
 
 PRECISIONS = ("fp32", "bf16", "int8")  # what the inference commands offer
 
@@ -56,17 +57,20 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         raise BertforgeError(f"int8 runs on the CPU, not {device}: use --device cpu, or --precision bf16 or fp32")
     for module in list(model.modules()):
         for name, child in module.named_children():
-            if type(child) is nn.Linear:
+            if type(child) in (nn.Linear, InferenceLinear):  # not nn.MultiheadAttention's own subclass
                 setattr(module, name, Int8Linear(child))
     return model.eval()
 
 
 def for_inference(model: nn.Module, precision: str):
-    """Get `model` ready to run in `precision` (fp32, bf16 or int8): int8 quantizes it here, once;
-    returns the context its forward passes run in (bf16's autocast, else nothing)."""
+    """Get `model` ready to run in `precision` (fp32, bf16 or int8): int8 quantizes it here, once, and
+    fp32 on a CPU takes the faster of its products' kernels (`models.linear`); returns the context
+    its forward passes run in (bf16's autocast, else nothing)."""
     if precision not in PRECISIONS:
         raise BertforgeError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "int8":
         quantize_int8(model)
     device = next(model.parameters()).device
+    if precision == "fp32" and device.type == "cpu":
+        for_fp32_inference(model)
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .bert import activation
+from .linear import linear
 
 
 class MLMHead(nn.Module):
@@ -33,7 +33,7 @@ class MLMHead(nn.Module):
         h = self.norm(self.act(self.dense(hidden)))  # (M, E)
         # One fused product-and-bias; under autocast `h @ W.t() + bias` would also promote the
         # (M, V) logits to fp32 through the fp32 bias, a costly extra pass.
-        return F.linear(h, word_embeddings, self.bias)  # (M, V)
+        return linear(h, word_embeddings, self.bias)  # (M, V)
 
 
 class SpanBoundaryHead(nn.Module):
@@ -60,7 +60,7 @@ class SpanBoundaryHead(nn.Module):
         p = self.offset(offsets.clamp(max=self.offset.num_embeddings - 1))  # (M, H)
         h = self.norm1(self.act(self.dense1(torch.cat([left, right, p], dim=-1))))  # (M, H)
         h = self.norm2(self.act(self.dense2(h)))  # (M, H)
-        return F.linear(h, word_embeddings, self.bias)  # (M, V)
+        return linear(h, word_embeddings, self.bias)  # (M, V)
 
 
 class DiscriminatorHead(nn.Module):

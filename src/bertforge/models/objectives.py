@@ -27,6 +27,7 @@ from ..families import encoder
 from .awd_lstm import AWDLSTMLanguageModel
 from .bert import init_weights
 from .elmo import ELMoLanguageModel
+from .linear import linear
 
 
 def mlm_head(config: BertConfig | ModernBertConfig) -> MLMHead:
@@ -107,7 +108,7 @@ class CausalLMPretraining(nn.Module):
     def lm_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits (M, V) at flat `positions` of `hidden` (B, T, H)."""
         selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, positions)  # (M, H)
-        return F.linear(selected, self.backbone.embeddings.word.weight)  # (M, V)
+        return linear(selected, self.backbone.embeddings.word.weight)  # (M, V)
 
     def forward(self, batch: dict) -> tuple[dict, dict]:
         out = self.backbone(batch["input_ids"], None, batch["attention_mask"])

@@ -18,6 +18,7 @@ from torch import nn
 from ..config.marian import MarianConfig
 from ..losses import vocab_loss
 from .bert import Dropout, attend
+from .linear import linear
 
 ACTIVATION = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "silu": F.silu}
 
@@ -209,7 +210,7 @@ class Transformer(nn.Module):
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         weight = self.embeddings.weight * self.keep_rows if self.output is None else self.output.weight
-        return F.linear(states, weight, self.final_logits_bias)
+        return linear(states, weight, self.final_logits_bias)
 
     def cross_caches(self, memory: torch.Tensor) -> list[dict]:
         """A fresh cache per decoder layer, holding the encoder states' keys and values."""
