@@ -18,8 +18,10 @@ speed    in one sitting, each measurement in its own process, in turn: the train
          (fp32 and, where the CPU has bf16, bf16 autocast), as target tokens/s; then beam-5 and
          greedy decoding of 500 test sentences in batches of 64 on the same weights, fp32: ours
          (`translate`), `MarianMTModel.generate` on our exported directory, and CTranslate2 on its
-         conversion when `ctranslate2` imports. Peak resident memory of each process. The weights
-         are --model, else a model trained here first for --train-minutes.
+         conversion when `ctranslate2` imports: its own length-sorted batches of 32, as its users
+         run it ("ctranslate2"), and of 64, as ours ("ctranslate2-64"). Peak resident memory of
+         each process. The weights are --model, else a model trained here first for
+         --train-minutes.
 --quick  shrinks everything (1 minute, 50 test sentences, the mt-tiny preset) to check the script.
 
     python benchmarks/translation.py quality --pair en-de --minutes 60 --out runs/mt-quality
@@ -422,7 +424,8 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
     ours under autocast), after one untimed batch; the translations written to `hyp_path`. Every
     implementation stops a translation at the same length, 1.5 x the longest source + 10 tokens (ours'
     default rule of each sentence would give transformers, whose limit is per batch, other work on a
-    model that rarely ends). `ct2_dir`: CTranslate2's conversion of `model_dir`, for impl "ctranslate2"."""
+    model that rarely ends). `ct2_dir`: CTranslate2's conversion of `model_dir`, for impl "ctranslate2"
+    (batches of 32) and "ctranslate2-64"."""
     import torch
 
     from bertforge.data.parallel import TranslationTokenizer
@@ -451,7 +454,7 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
         def run(texts):  # ours never emits the pad id (it starts every decoding): the same rule here
             return hf_translate(model, tokenizer, texts, beam, limit=limit, bad_words_ids=[[tokenizer.pad_token_id]])
     else:
-        run = ct2_translator(model_dir, ct2_dir, beam, limit, CT2_TYPES[precision])
+        run = ct2_translator(model_dir, ct2_dir, beam, limit, CT2_TYPES[precision], 64 if impl.endswith("-64") else 32)
     run(sentences[:64])
     start = time.perf_counter()
     hyps = run(sentences)
@@ -466,9 +469,11 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
 CT2_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16"}
 
 
-def ct2_translator(model_dir: str, ct2_dir: str, beam: int, limit: int, compute_type: str = "float32"):
+def ct2_translator(model_dir: str, ct2_dir: str, beam: int, limit: int, compute_type: str = "float32",
+                   batch_size: int = 32):
     """CTranslate2 on `ct2_dir`, the conversion of `model_dir`, with the tokenizer's pieces in and
-    out, at most `limit` tokens a translation, its weights in `compute_type`."""
+    out, at most `limit` tokens a translation, its weights in `compute_type`, the sentences sorted by
+    length and cut into batches of `batch_size` (what its `max_batch_size` does)."""
     import ctranslate2
     import torch
     from transformers import AutoTokenizer
@@ -479,7 +484,8 @@ def ct2_translator(model_dir: str, ct2_dir: str, beam: int, limit: int, compute_
 
     def run(texts):
         pieces = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts)["input_ids"]]
-        results = translator.translate_batch(pieces, beam_size=beam, max_batch_size=64, max_decoding_length=limit)
+        results = translator.translate_batch(pieces, beam_size=beam, max_batch_size=batch_size,
+                                           max_decoding_length=limit)
         return [tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True)
                 for r in results]
 
@@ -543,12 +549,13 @@ def speed(args, size: dict) -> dict:
     os.makedirs(os.path.join(args.out, "decoded"), exist_ok=True)
     # fp32 against both peers, int8 against CTranslate2's int8; bf16 (where the CPU has it) ours alone:
     # CTranslate2 (4.6) refuses bfloat16 on a CPU ("no efficient bfloat16 computation")
-    groups = [("fp32", ["ours", "transformers", "ctranslate2"]), ("int8", ["ours", "ctranslate2"])]
+    groups = [("fp32", ["ours", "transformers", "ctranslate2", "ctranslate2-64"]),
+              ("int8", ["ours", "ctranslate2", "ctranslate2-64"])]
     groups += [("bf16", ["ours"])] if cpu_has_bf16() else []
     for beam in ("5", "1"):
         name = "greedy" if beam == "1" else f"beam {beam}"
         for precision, planned in groups:
-            impls = [i for i in planned if i != "ctranslate2" or not ct2_missing]
+            impls = [i for i in planned if not i.startswith("ctranslate2") or not ct2_missing]
             paths = {i: os.path.join(args.out, "decoded", f"{i}-{precision}-beam{beam}.txt") for i in impls}
             best = {i: max((child("decode", i, beam, model_dir, pair, count, paths[i], ct2_dir, precision)
                             for _ in range(rounds)), key=lambda r: r["sentences_per_s"]) for i in impls}
