@@ -41,7 +41,7 @@ def test_fp32_products_run_on_onednn_only_where_it_is_chosen():
     assert fp32_linear.choose_kernel("AuthenticAMD", "AVX2", None) == "mkl"
     assert fp32_linear.choose_kernel("GenuineIntel", "AVX2", "onednn") == "onednn"
     assert fp32_linear.choose_kernel("AuthenticAMD", "AVX512", "mkl") == "mkl"
-    with pytest.raises(ValueError, match="BERTFORGE_FP32_LINEAR must be one of onednn, mkl, got 'blas'"):
+    with pytest.raises(BertforgeError, match="BERTFORGE_FP32_LINEAR must be one of onednn, mkl, got 'blas'"):
         fp32_linear.choose_kernel("AuthenticAMD", "AVX512", "blas")
 
 

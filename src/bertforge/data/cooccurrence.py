@@ -3,8 +3,9 @@
 As GloVe's `cooccur` tool counts them: words outside the vocabulary are dropped first (they take no
 place in the window), and, given `keep`, each occurrence of word k is kept with probability keep[k]
 (word2vec's subsampling of frequent words, applied before the window as Levy et al. 2015's "dirty"
-subsampling, so that the window reaches past the dropped words); then a symmetric window of `window` words on each side, each pair weighted
-1/distance, the window never crossing a unit of the corpus reader (a line or paragraph).
+subsampling, so that the window reaches past the dropped words); then a symmetric window of
+`window` words on each side, each pair weighted 1/distance, the window never crossing a unit of the
+corpus reader (a line or paragraph).
 The counts are symmetric, so only the upper triangle (i <= j) is kept; `Cooccurrences.both_ways`
 gives the trainer each entry in both directions, the diagonal doubled (GloVe adds a repeated word
 to X[i][i] once from each side).

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import BertforgeError
+
 CHOICES = ("onednn", "mkl")
 
 
@@ -27,7 +29,7 @@ def choose_kernel(vendor: str, capability: str, setting: str | None) -> str:
     with AVX-512 (`capability` as `torch.backends.cpu.get_cpu_capability()` names it)."""
     if setting:
         if setting not in CHOICES:
-            raise ValueError(f"BERTFORGE_FP32_LINEAR must be one of {', '.join(CHOICES)}, got {setting!r}")
+            raise BertforgeError(f"BERTFORGE_FP32_LINEAR must be one of {', '.join(CHOICES)}, got {setting!r}")
         return setting
     return "onednn" if vendor == "AuthenticAMD" and capability.startswith("AVX512") else "mkl"
 
