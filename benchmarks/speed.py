@@ -71,20 +71,26 @@ def ours_autocast():
 
 
 def matmul_peak() -> dict:
-    """Best GFLOP/s of square matrix products in bf16 and fp32 (the machine's practical peak)."""
+    """Best GFLOP/s of square matrix products in bf16 and fp32 (the machine's practical peak): in fp32
+    the better of `a @ b` (MKL) and oneDNN's product, both in PyTorch (on an AMD processor with
+    AVX-512, MKL runs its AVX2 code at half oneDNN's speed: see src/bertforge/models/linear.py)."""
     import torch
+
+    def onednn(a, b):
+        return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
 
     out = {}
     for dtype in (torch.bfloat16, torch.float32) if has_bf16() else (torch.float32,):
         best = 0.0
-        for n in (1024, 2048):
+        products = [torch.matmul] + ([onednn] if dtype == torch.float32 and torch.backends.mkldnn.is_available() else [])
+        for n, product in ((n, p) for n in (1024, 2048) for p in products):
             a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
             for _ in range(2):
-                a @ b
+                product(a, b)
             reps = 5
             start = time.perf_counter()
             for _ in range(reps):
-                a @ b
+                product(a, b)
             best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - start) / 1e9)
         out[str(dtype).removeprefix("torch.")] = round(best, 1)
     return out
