@@ -9,6 +9,7 @@ import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,8 +57,8 @@ def test_a_tiny_cove_learns_to_copy_through_the_pipeline(copy_run):
     loaded = load(os.path.join(out, "model"))
     assert isinstance(loaded.model, CoveTranslator) and loaded.config.model_type == "cove"
     assert loaded.model.encoder.vectors.weight.requires_grad is False
-    sources = open(valid + ".src", encoding="utf-8").read().splitlines()
-    targets = open(valid + ".tgt", encoding="utf-8").read().splitlines()
+    sources = Path(valid + ".src").read_text(encoding="utf-8").splitlines()
+    targets = Path(valid + ".tgt").read_text(encoding="utf-8").splitlines()
     for beam in (1, 4):
         hyps = translate(loaded.model, loaded.tokenizer, sources, DecodeOptions(beam=beam))
         exact = sum(h == t for h, t in zip(hyps, targets)) / len(targets)
@@ -80,7 +81,7 @@ def test_a_run_says_which_source_words_have_no_vector(copy_run):
     out, _, _ = copy_run
     with open(os.path.join(out, "run_config.json"), encoding="utf-8") as f:
         saved = json.load(f)
-    sources = open(os.path.join(os.path.dirname(out), "train.src"), encoding="utf-8").read().split()
+    sources = Path(os.path.dirname(out), "train.src").read_text(encoding="utf-8").split()
     assert saved["vector_coverage"] == {"words": len(sources), "without_vector": 0, "different_without": 0,
                                         "commonest_without": []}
     assert saved["kept_pairs"] == 2000 and saved["skipped_pairs"] == 0
@@ -189,8 +190,8 @@ def test_cove_features_carry_what_a_probe_needs(copy_run):
 
     out, valid, _ = copy_run
     embedder = Embedder.from_pretrained(os.path.join(out, "model"))
-    train_texts = open(os.path.join(os.path.dirname(valid), "train.src"), encoding="utf-8").read().splitlines()[:300]
-    valid_texts = open(valid + ".src", encoding="utf-8").read().splitlines()
+    train_texts = Path(os.path.dirname(valid), "train.src").read_text(encoding="utf-8").splitlines()[:300]
+    valid_texts = Path(valid + ".src").read_text(encoding="utf-8").splitlines()
 
     def probe_data(texts, features):
         vectors = embedder.encode(texts, pooling="tokens", features=features)
@@ -325,7 +326,7 @@ def test_the_bcn_reads_sentence_pairs(copy_run, tmp_path):
                "--batch-size", "16", "--lr", "3e-3", "--precision", "fp32", "--quiet")
     assert done.returncode == 0, done.stderr
     saved = str(tmp_path / "pairs" / "model")
-    assert json.loads(open(os.path.join(saved, "eval_results.json")).read())["accuracy"] >= 0.85
+    assert json.loads(Path(saved, "eval_results.json").read_text())["accuracy"] >= 0.85
     evaluated = cli("evaluate", "--model", saved, "--data", str(tmp_path / "dev.tsv"))
     assert evaluated.returncode == 0 and json.loads(evaluated.stdout)["accuracy"] >= 0.85, evaluated.stderr
 

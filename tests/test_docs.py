@@ -404,6 +404,8 @@ def start_service(argv: list[str], work: Path) -> tuple[subprocess.Popen, int]:
         except OSError:
             time.sleep(0.25)
     process.kill()
+    process.wait()
+    process.stderr.close()
     raise Failed("the service did not answer /health in 60 seconds")
 
 
@@ -418,6 +420,7 @@ class Runner:
         for process, _ in self.services:
             process.kill()
             process.wait()
+            process.stderr.close()  # its pipe, or the file object warns when collected (in a later test)
 
     def run(self, words: list[str], key: str) -> None:
         """Run one command; raise Failed (or OSError when its input is not made yet) if it fails."""

@@ -280,7 +280,8 @@ def test_command_line(tmp_path, capsys):
     assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", out, "--dim", "4",
                  "--epochs", "2", "--min-count", "2"]) == 0
     assert "13 words" in capsys.readouterr().out
-    assert open(out).readline() == "13 4\n"
+    with open(out) as f:
+        assert f.readline() == "13 4\n"
     assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", out]) == 2
     assert "--resume" in capsys.readouterr().err
     assert main(["word-vectors", "--corpus", str(tmp_path / "none"), "--output", str(tmp_path / "w.txt")]) == 2
