@@ -73,11 +73,23 @@ def test_fp32_inference_on_either_kernel_keeps_the_model_and_its_outputs(monkeyp
     assert not [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
+def operators(run) -> set[str]:
+    """The operators `run()` calls, by name."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return {event.key for event in profile.key_averages()}
+
+
 def test_the_fp32_product_of_linear_equals_f_linear_on_either_kernel(monkeypatch):
     x, w, b = torch.randn(3, 7, 64), torch.randn(48, 64), torch.randn(48)
     expected = torch.nn.functional.linear(x, w, b)
     for kernel in ("onednn", "mkl"):
         monkeypatch.setattr(fp32_linear, "fp32_kernel", lambda: kernel)
+        # the product runs where the kernel says, and only outside autograd
+        with torch.no_grad():
+            assert ("mkldnn::_linear_pointwise" in operators(lambda: fp32_linear.linear(x, w, b))) == (kernel == "onednn")
+        trained = w.clone().requires_grad_()
+        assert "mkldnn::_linear_pointwise" not in operators(lambda: fp32_linear.linear(x, trained, b))
         with torch.no_grad():
             torch.testing.assert_close(fp32_linear.linear(x, w, b), expected, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(fp32_linear.linear(x.transpose(0, 1), w), torch.nn.functional.linear(

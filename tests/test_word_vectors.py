@@ -14,7 +14,7 @@ from bertforge.cli import main
 from bertforge.data import cooccurrence
 from bertforge.errors import BertforgeError
 from bertforge.formats.word_vectors import read_vectors, write_vectors
-from bertforge.word_vectors import Glove, GloveOptions, glove_cost, train_word_vectors
+from bertforge.word_vectors import Glove, GloveOptions, _kept_share, glove_cost, train_word_vectors
 
 
 def direct_counts(units, index, window):
@@ -156,11 +156,13 @@ def topic_separation(path) -> float:
 
 
 def test_subsampling_keeps_each_word_at_its_share(tmp_path):
-    # "the" is 3/4 of the words, the others 1/40 each: with t = 0.01, "the" is kept sqrt(0.01 / 0.75)
-    # of the time and every other word always
+    # "the" is 3/4 of the words, the others 1/40 each: with t = 0.03, "the" is kept sqrt(0.03 / 0.75)
+    # of the time and every other word (below t) always
     units = [["the", "the", "the", f"w{k % 10}"] for k in range(5000)]
     index = {w: k for k, w in enumerate(["the"] + [f"w{k}" for k in range(10)])}
-    keep = np.array([np.sqrt(0.01 / 0.75)] + [1.0] * 10)
+    keep = _kept_share([15000] + [500] * 10, 0.03)
+    np.testing.assert_allclose(keep, [np.sqrt(0.03 / 0.75)] + [1.0] * 10)
+    assert _kept_share([15000] + [500] * 10, 0) is None  # 0: every word, nothing drawn
     cooccurrence.count(units, index, str(tmp_path / "a"), window=1, keep=keep, seed=3)
     entries, info = cooccurrence.read(str(tmp_path / "a"))
     assert info["words"] == 20000  # the corpus's words, before subsampling

@@ -58,7 +58,8 @@ def count(units, index: dict[str, int], folder: str, window: int = 10, memory_mb
             bar.update(len(words))
         kept = [index[w] for w in words if w in index]
         if keep is not None and kept:
-            kept = [k for k, draw in zip(kept, draws.random(len(kept))) if draw < keep[k]]
+            ids_here = np.asarray(kept)
+            kept = ids_here[draws.random(len(ids_here)) < keep[ids_here]].tolist()
         for start in range(0, len(kept), block_words):
             piece = kept[start:start + block_words]
             ids.extend(piece)
