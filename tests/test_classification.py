@@ -15,6 +15,7 @@ from bertforge.cli import main
 from bertforge.finetune import evaluate, finetune, predict
 from bertforge.load import load_finetuned
 from bertforge.models.bert import Bert
+from bertforge.families import encoder
 from bertforge.tasks import make_task
 from bertforge.tasks.classification import SequenceClassifier
 from bertforge.training.optim import layer_groups, lr_at
@@ -141,7 +142,8 @@ def test_long_texts_are_counted_as_truncated(base_model, tmp_path):
 
 
 def test_layer_groups_scale_rates_and_thaw_top_down():
-    model = SequenceClassifier(tiny_config(num_hidden_layers=3, id2label={0: "a", 1: "b"}))
+    config = tiny_config(num_hidden_layers=3, id2label={0: "a", 1: "b"})
+    model = SequenceClassifier(config, encoder(config))
     groups = layer_groups(model, 0.01, layer_decay=0.5, unfreeze_every=10)
     by_depth = {g["depth"]: g for g in groups}
     assert sorted(by_depth) == [0, 1, 2, 3, 4]

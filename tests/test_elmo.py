@@ -272,7 +272,7 @@ def test_taglm_tags_with_and_without_the_lm_states(tmp_path):
 
 
 def test_the_frozen_bilm_runs_once_per_sentence_and_its_kept_layers_are_its_own():
-    from bertforge.tasks.elmo_features import ELMoClassifier
+    from bertforge.models.elmo_features import ELMoClassifier
 
     torch.manual_seed(0)
     config = elmo_preset("elmo-tiny", vocab_size=20, id2label={0: "a", 1: "b"}, label2id={"a": 0, "b": 1})

@@ -18,6 +18,7 @@ from bertforge.load import load_finetuned
 from bertforge.losses import next_token_loss
 from bertforge.models.objectives import CausalLMPretraining
 from bertforge.tasks import make_task
+from bertforge.families import encoder
 from bertforge.tasks.choice import ChoiceScorer
 from bertforge.tasks.classification import SequenceClassifier
 from bertforge.training.run_log import read_metrics
@@ -79,7 +80,7 @@ def assert_matches_both_ways(ours, theirs, batch, expected, directory):
     with torch.no_grad():
         assert (ours.logits(batch) - expected).abs().max() <= 1e-5
     theirs.save_pretrained(directory)
-    back = load_pretrained(str(directory), cls=type(ours)).eval()
+    back = load_pretrained(str(directory), cls=lambda c: type(ours)(c, encoder(c))).eval()
     with torch.no_grad():
         assert (back.logits(batch) - expected).abs().max() <= 1e-5
 

@@ -11,9 +11,10 @@ from bertforge import BertforgeError, load_pretrained, save_pretrained
 from bertforge.config import ModernBertConfig, modernbert_preset
 from bertforge.checkpoint import read_config
 from bertforge.models.modernbert import ModernBert
-from bertforge.models.objectives import BertPretraining
+from bertforge.models.objectives import ModernBertPretraining
 from bertforge.tasks.choice import ChoiceScorer
 from bertforge.tasks.classification import SequenceClassifier
+from bertforge.families import family_of
 from bertforge.tasks.qa import QuestionAnswerer
 from bertforge.tasks.tagging import TokenClassifier
 
@@ -44,7 +45,7 @@ def real(batch):
 def test_masked_lm_matches_transformers_both_ways(tmp_path, overrides):
     torch.manual_seed(0)
     cfg = config(**overrides)
-    ours = BertPretraining(cfg, sentence=None).eval()
+    ours = ModernBertPretraining(cfg).eval()
     randomise(ours)
     save_pretrained(ours, str(tmp_path))
     saved = json.loads((tmp_path / "config.json").read_text())
@@ -63,7 +64,7 @@ def test_masked_lm_matches_transformers_both_ways(tmp_path, overrides):
         assert (logits - expected.logits)[real(batch)].abs().max() <= 1e-5
     # ... and a model made by transformers loads here with the same outputs
     theirs.save_pretrained(tmp_path / "back")
-    back = load_pretrained(str(tmp_path / "back"), cls=BertPretraining, sentence=None).eval()
+    back = load_pretrained(str(tmp_path / "back"), cls=ModernBertPretraining).eval()
     with torch.no_grad():
         logits = back.mlm_logits(back.backbone(**batch).last_hidden_state, every).view(*batch["input_ids"].shape, -1)
         assert (logits - expected.logits)[real(batch)].abs().max() <= 1e-5
@@ -88,13 +89,21 @@ TASKS = [  # our class, HF class, labels, batch, (our outputs, HF outputs) -> pa
 ]
 
 
+def build(head, config):
+    """`head` over ModernBERT's encoder, with the family's transform on every token where its HF class has it."""
+    family = family_of(config)
+    if head in (TokenClassifier, QuestionAnswerer):
+        return head(config, family.build_encoder(config, pooler=False), family.token_transform(config))
+    return head(config, family.build_encoder(config))
+
+
 @pytest.mark.parametrize("ours_cls, hf_name, labels, make_batch, pairs", TASKS,
                          ids=["sequence", "token", "qa", "choice"])
 @pytest.mark.parametrize("overrides", [{}, {**BIASES, "classifier_pooling": "mean"}], ids=["plain", "biases-mean"])
 def test_task_classes_match_transformers_both_ways(tmp_path, ours_cls, hf_name, labels, make_batch, pairs, overrides):
     torch.manual_seed(0)
     cfg = config(**overrides, **({"id2label": labels} if labels else {}))
-    ours = ours_cls(cfg).eval()
+    ours = build(ours_cls, cfg).eval()
     randomise(ours)
     save_pretrained(ours, str(tmp_path))
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [hf_name]
@@ -106,7 +115,7 @@ def test_task_classes_match_transformers_both_ways(tmp_path, ours_cls, hf_name, 
         for a, b in pairs(ours.logits(batch), expected, batch):
             assert (a - b).abs().max() <= 1e-5
     theirs.save_pretrained(tmp_path / "back")
-    back = load_pretrained(str(tmp_path / "back"), cls=ours_cls).eval()
+    back = load_pretrained(str(tmp_path / "back"), cls=lambda c: build(ours_cls, c)).eval()
     with torch.no_grad():
         for a, b in pairs(back.logits(batch), expected, batch):
             assert (a - b).abs().max() <= 1e-5
@@ -143,7 +152,7 @@ def test_two_layers_learn_the_copy_task():
     # 1e-3..2e-3 against RoFormer's 90%; transformers' own ModernBERT measured alike, 46% after 100).
     torch.manual_seed(0)
     cfg = config(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
-    assert copy_task_accuracy(BertPretraining(cfg, sentence=None), lr=2e-3, steps=300) > 0.4
+    assert copy_task_accuracy(ModernBertPretraining(cfg), lr=2e-3, steps=300) > 0.4
 
 
 def test_configs_of_either_shape_load_and_bad_ones_are_named(tmp_path):

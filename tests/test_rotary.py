@@ -10,6 +10,7 @@ from conftest import assert_same_attentions, copy_task_accuracy, random_batch, r
 from bertforge import load_pretrained, save_pretrained
 from bertforge.models.bert import rotary_tables, rotate
 from bertforge.models.objectives import BertPretraining
+from bertforge.families import encoder
 from bertforge.tasks.classification import SequenceClassifier
 
 transformers = pytest.importorskip("transformers")
@@ -56,7 +57,7 @@ def test_masked_lm_matches_transformers_both_ways(tmp_path, overrides):
 def test_sequence_classifier_matches_transformers(tmp_path):
     torch.manual_seed(0)
     config = tiny_config(**ROFORMER, id2label={0: "neg", 1: "pos", 2: "mixed"})
-    ours = SequenceClassifier(config).eval()
+    ours = SequenceClassifier(config, encoder(config)).eval()
     randomise(ours)
     save_pretrained(ours, str(tmp_path))
     theirs, info = transformers.RoFormerForSequenceClassification.from_pretrained(tmp_path, output_loading_info=True)
@@ -65,7 +66,7 @@ def test_sequence_classifier_matches_transformers(tmp_path):
     with torch.no_grad():
         assert (ours.logits(batch) - theirs.eval()(**batch).logits).abs().max() <= 1e-5
     theirs.save_pretrained(tmp_path / "back")
-    back = load_pretrained(str(tmp_path / "back"), cls=SequenceClassifier).eval()
+    back = load_pretrained(str(tmp_path / "back"), cls=lambda c: SequenceClassifier(c, encoder(c))).eval()
     with torch.no_grad():
         assert (back.logits(batch) - theirs(**batch).logits).abs().max() <= 1e-5
 
@@ -99,12 +100,12 @@ def test_multiple_choice_saves_the_encoder_for_transformers_and_our_heads_beside
 
     torch.manual_seed(0)
     config = MultipleChoiceTask().configure(tiny_config(**ROFORMER), None, None)
-    ours = ChoiceScorer(config).eval()
+    ours = ChoiceScorer(config, encoder(config)).eval()
     randomise(ours)
     save_pretrained(ours, str(tmp_path))
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["RoFormerModel"]
     assert (tmp_path / "bertforge_heads.safetensors").exists()  # the [CLS] pooler and the scorer
-    back = load_pretrained(str(tmp_path), cls=ChoiceScorer).eval()
+    back = load_pretrained(str(tmp_path), cls=lambda c: ChoiceScorer(c, encoder(c))).eval()
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, config.vocab_size, (2, 3, 12), generator=g)
     batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}

@@ -13,7 +13,7 @@ import os
 
 from .config.base import _read_json
 from .errors import BertforgeError
-from .families import config_from_dict
+from .families import family_and_config
 from .paths import why_missing
 
 CONFIG_FILE = "config.json"
@@ -22,10 +22,15 @@ CONFIG_FILE = "config.json"
 def read_config(directory: str):
     """The config of the model in `directory` (its `config.json`), of the family its `model_type`
     names; errors name the directory or the file."""
+    return read_family_and_config(directory)[1]
+
+
+def read_family_and_config(directory: str):
+    """`read_config`'s config, with the record of the family its `model_type` names."""
     if not os.path.isdir(directory):
         raise BertforgeError(f"{directory}: {why_missing(directory, 'directory')}")
     path = os.path.join(directory, CONFIG_FILE)
-    return config_from_dict(_read_json(path), source=path)
+    return family_and_config(_read_json(path), source=path)
 
 
 def label_names_of(model) -> list[str] | None:

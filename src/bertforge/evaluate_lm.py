@@ -34,7 +34,6 @@ from .families import family_of, resolve
 from .checkpoint import read_config
 from .formats.hf import head_keys, load_pretrained, read_weights
 from .load import Loaded, load
-from .models.objectives import BertPretraining
 from .pretrain_recurrent import word_documents
 from .training.trainer import evaluate
 
@@ -60,8 +59,8 @@ def evaluate_lm(model_dir: str, files, max_seq_length: int = 128, batch_size: in
     family = family_of(config)
     family.supports("evaluate-lm", model_dir)
     if family.lm == "masked":
-        return masked_lm_scores(model_dir, config, files, max_seq_length, batch_size, max_batches, seed, layout,
-                                text_field, cache_dir)
+        return masked_lm_scores(model_dir, config, family, files, max_seq_length, batch_size, max_batches, seed,
+                                layout, text_field, cache_dir)
     if config.bertforge_task:  # a task model: its head answers the task, not the next word
         raise BertforgeError(f"{model_dir}: no language-model head in this checkpoint (fine-tuned for "
                              f"{config.bertforge_task['name']}); evaluate-lm needs a pretraining checkpoint")
@@ -143,7 +142,7 @@ def next_token_scores(loaded: Loaded, data, max_batches: int) -> dict:
     return result
 
 
-def masked_lm_scores(model_dir: str, config, files, max_seq_length: int, batch_size: int, max_batches: int,
+def masked_lm_scores(model_dir: str, config, family, files, max_seq_length: int, batch_size: int, max_batches: int,
                      seed: int, layout: str, text_field: str, cache_dir: str | None) -> dict:
     """A masked LM's masked-token accuracy and loss, and its sentence-pair accuracy: that head is
     scored only when the text has two documents or more (its negatives come from another one)."""
@@ -157,7 +156,8 @@ def masked_lm_scores(model_dir: str, config, files, max_seq_length: int, batch_s
     shards = build_shards(files, tokenizer, cache_dir, layout, text_field, progress=False)
     if shards.num_documents < 2:
         sentence = None  # negatives come from another document: one alone can only score the MLM
-    model = load_pretrained(model_dir, cls=BertPretraining, config=config, sentence=sentence).eval()
+    model = load_pretrained(model_dir, cls=resolve(family.masked_lm), config=config, family=family,
+                            sentence=sentence).eval()
     terms = ("mlm", sentence) if sentence else ("mlm",)
     data = PretrainingData(shards, tokenizer, batch_size, max_seq_length, short_seq_prob=0.0,
                            masking=MaskingOptions(), seed=seed, eval_fraction=0.0, terms=terms)

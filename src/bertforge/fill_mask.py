@@ -8,10 +8,15 @@ import torch
 
 from .checks import check, count
 from .errors import BertforgeError
+from .families import family_of, resolve
 from .load import load
-from .models.objectives import BertPretraining
 from .quantize import for_inference
 from .data.tokenizer import MASK
+
+
+def masked_lm(config, **options):
+    """The model of the family's masked-LM checkpoints (its record's `masked_lm`)."""
+    return resolve(family_of(config).masked_lm)(config, **options)
 
 
 class FillMask:
@@ -19,7 +24,7 @@ class FillMask:
 
     def __init__(self, directory: str, device: str | torch.device = "cpu", config=None):
         try:
-            loaded = load(directory, device, model=BertPretraining, use="fill-mask", config=config, sentence=None)
+            loaded = load(directory, device, model=masked_lm, use="fill-mask", config=config, sentence=None)
         except BertforgeError as e:
             if "missing weights: mlm." not in str(e):
                 raise

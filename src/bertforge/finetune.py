@@ -255,13 +255,13 @@ def _task_model(task, base, names, classifier_dropout, model: str, tokenizer, tr
     family = family_of(base)
     config = task.configure(base, names, classifier_dropout)
     torch.manual_seed(seed)
-    net = task.build_model(config)
+    net = family.build_task_model(task, config)
     if family.native:
         native.load_encoder(net, model, base)
     elif family.checkpoint:  # a layout of the family's own (CoVe's): its encoder into the task model
         resolve(family.checkpoint + ":load_backbone")(net, model)
     else:
-        load_into(net, model, new_heads=True, config=base, heads=False)  # the encoder; the task head starts fresh
+        load_into(net, model, new_heads=True, config=base, family=family, heads=False)  # the encoder; the task head starts fresh
     if hasattr(net, "keep_frozen_outputs"):  # ELMo's biLM, CoVe's MT-LSTM: read each sentence once, not once per epoch
         net.keep_frozen_outputs()
     task.prepare(net, train_features)  # e.g. a CRF's transitions from the training data's tag bigrams

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
 
-from .checkpoint import read_config
+from .checkpoint import read_config, read_family_and_config
 from .checks import check_model_size
 from .data.words import FILE as WORDS_FILE
 from .data.words import WordVocab
@@ -40,25 +41,28 @@ class Loaded:
 
 
 def load(directory: str, device: str | torch.device = "cpu", model=None, use: str | None = None, config=None,
-         **options) -> Loaded:
+         family: Family | None = None, **options) -> Loaded:
     """Load the model in `directory`, in eval mode.
 
     `model`: the class (or builder of a config) to load it as, e.g. an objective with its heads;
     by default a fine-tuned model's task model, else the checkpoint as its family saved it (the
     encoder of a Transformer: heads in the checkpoint are skipped; a recurrent family's language
     model). `use` (see `families.USES`) is checked first, so that a family without it gets one error
-    listing what it supports. `config`: the directory's, when the caller has read it already.
+    listing what it supports. `config`, `family`: the directory's config and its family's record, when
+    the caller has read them already.
     `options` go to `model` (e.g. `sentence=None`). `directory` may be a Hugging Face Hub name
     (`Helsinki-NLP/opus-mt-en-de`, `owner/name@revision`) where no such path exists: the model is read
     from the Hub's cache, fetched if need be (hub.py).
     """
     directory = model_path(directory)
-    config = read_config(directory) if config is None else config
-    family = family_of(config)  # the one lookup: what follows is given the family
+    # the one lookup of the family: what follows is given its record
+    if config is None:
+        family, config = read_family_and_config(directory)
+    family = family or family_of(config)
     if use is not None:
         family.supports(use, directory)
     task = task_from_config(config, os.path.join(directory, "config.json")) if config.bertforge_task else None
-    build = model or (task.build_model if task is not None else None)
+    build = model or (partial(family.build_task_model, task) if task is not None else None)
     net = read_model(directory, config, family, build, device, **options)
     return Loaded(directory, config, family, net.eval(), load_tokenizer(directory, config, family), task)
 
@@ -88,7 +92,7 @@ def read_model(directory: str, config, family: Family, build=None, device: str |
     if family.native:
         build = build or default
         return native.load_model(lambda c: build(c, **options), directory, device, config)
-    return load_pretrained(directory, cls=build, device=device, config=config, **options)
+    return load_pretrained(directory, cls=build, device=device, config=config, family=family, **options)
 
 
 def load_tokenizer(directory: str, config=None, family: Family | None = None):

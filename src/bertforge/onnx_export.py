@@ -21,7 +21,7 @@ from torch import nn
 
 from .atomic import atomic_path, remove_leftovers
 from .errors import BertforgeError
-from .families import family_of
+from .families import family_of, resolve
 from .checkpoint import read_config
 from .formats.hf import has_masked_lm_head, load_pretrained
 from .load import load
@@ -55,17 +55,17 @@ def exportable(directory: str, config=None) -> tuple[Exportable, list[str], str]
     """The model in `directory` wrapped for export, its output names, and its task kind (or
     "encoder" / "pretraining"). `config`: the directory's, when the caller has read it already."""
     config = read_config(directory) if config is None else config
-    family_of(config).supports("onnx", directory)
+    family = family_of(config)
+    family.supports("onnx", directory)
     if config.bertforge_task:
         loaded = load(directory, config=config)
         model, task = loaded.model, loaded.task
         return Exportable(model, task.kind, task.onnx_choices).eval(), list(task.onnx_outputs), task.kind
-    if has_masked_lm_head(config):
-        from .models.objectives import BertPretraining
-
+    if has_masked_lm_head(config) and family.masked_lm:
         sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None
         # the weights alone: an ONNX file needs no tokenizer, and a directory without one exports
-        model = load_pretrained(directory, cls=BertPretraining, config=config, sentence=sentence)
+        model = load_pretrained(directory, cls=resolve(family.masked_lm), config=config, family=family,
+                                sentence=sentence)
         names = ["logits"] + (["seq_relationship_logits"] if sentence else [])
         return Exportable(model, "pretraining").eval(), names, "pretraining"
     model = load_pretrained(directory, config=config)  # the encoder, with its pooler

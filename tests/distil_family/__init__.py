@@ -12,7 +12,7 @@ FAMILY = Family(
     name="distil", hf="distil_family.hf:LAYOUT", model_types=("distilbert",), config=DistilConfig, presets=PRESETS,
     default_preset="distil-tiny",
     objectives=(Objective("distil-mlm", "distilbert", ("mlm",), "distil_family.model:masked_lm"),),
-    encoder="distil_family.model:DistilEncoder", task_model="distil_family.model:task_model",
+    encoder="distil_family.model:DistilEncoder",
     new_config="distil_family.config:new_config", finetuning="bertforge.training.optim:finetuning_by_width",
     describe="DistilBERT-shaped", uses=("embed", "serve", "onnx"), lm="masked",
 )

@@ -80,7 +80,3 @@ class DistilMaskedLM(nn.Module):
 
 def masked_lm(config, terms, generator_fraction=0.25):
     return DistilMaskedLM(config)
-
-
-def task_model(task, config):
-    return task.encoder_model(config)  # the task's own head over this encoder

@@ -11,7 +11,7 @@ from ..errors import BertforgeError
 from . import awd_lstm, bert, cove, elmo, gpt, marian, modernbert
 from .base import USES, Family, Objective, resolve
 
-__all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "encoder", "family_of", "objective",
+__all__ = ["FAMILIES", "USES", "Family", "Objective", "config_from_dict", "encoder", "family_and_config", "family_of", "objective",
            "objective_names", "register", "resolve", "translation_archs", "unregister"]
 
 FAMILIES: list[Family] = [bert.FAMILY, modernbert.FAMILY, gpt.FAMILY, awd_lstm.FAMILY, elmo.FAMILY, marian.FAMILY,
@@ -44,7 +44,7 @@ def family_of(config_or_type) -> Family:
 
 def encoder(config, pooler: bool = True):
     """The encoder (or GPT-1's decoder) `config` describes, with its pooler unless `pooler=False`."""
-    return family_of(config).call("encoder", config, pooler)
+    return family_of(config).build_encoder(config, pooler)
 
 
 def translation_archs() -> dict:
@@ -69,6 +69,11 @@ def config_from_dict(data: dict, source: str = "config"):
     """The config a `config.json`'s contents describe, of the family its `model_type` names (BERT's
     when it has none, as `transformers` reads a bare BERT config). Unknown keys are errors naming
     `source`."""
+    return family_and_config(data, source)[1]
+
+
+def family_and_config(data: dict, source: str = "config") -> tuple[Family, object]:
+    """`config_from_dict`'s config with its family's record (the one lookup a load makes)."""
     model_type = data.get("model_type", bert.FAMILY.model_types[0]) if isinstance(data, dict) else None
     if not isinstance(model_type, str):
         raise BertforgeError(f"{source}: model_type must be a string, got {model_type!r}")
@@ -76,5 +81,5 @@ def config_from_dict(data: dict, source: str = "config"):
         family = family_of(model_type)
     except BertforgeError as e:
         raise BertforgeError(f"{source}: {e}") from None
-    return family.config.from_dict(data, source)
+    return family, family.config.from_dict(data, source)
 

@@ -25,7 +25,7 @@ FAMILY = Family(
     default_preset="awd-lstm-small", pipeline="word", native=True, vocab_kind="words",
     objectives=(Objective("awd-lstm", "awd-lstm", ("lm", "ar", "tar"), "bertforge.models.objectives:RecurrentLMPretraining",
                           masks=False, batch_size=64, optimisation=PRETRAINING),),
-    encoder="bertforge.models.awd_lstm:AWDLSTM", task_model="bertforge.tasks.classification:recurrent_task_model",
+    encoder="bertforge.models.awd_lstm:AWDLSTM", task_model="bertforge.models.ulmfit:task_model",
     finetuning="bertforge.families.awd_lstm:finetuning", finetuning_config=ULMFIT_DROPOUTS, gradual_unfreezing=True,
     finetuning_note="ULMFiT's classifier recipe: peak lr {lr:g} at the head, x {layer_decay:.3g} per layer down, "
                     "{schedule} schedule, gradual unfreezing (each has a flag)",

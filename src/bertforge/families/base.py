@@ -92,7 +92,8 @@ class Family:
     `uses`: see `USES`. `lm`: what kind of language model its pretraining
     checkpoint is ("masked", "causal", "bidirectional"), for evaluate-lm. `layer_norms`: the layer
     orders it can be built in (the first is its paper's). `finetuning`: the dotted path of
-    `(config) -> dict` of TrainOptions defaults; `task_model`: of `(task, config) -> nn.Module`;
+    `(config) -> dict` of TrainOptions defaults; `task_model`: of `(task, config) -> nn.Module` for a
+    family whose task models are its own (None: each task's head over the encoder);
     `encoder`: of `(config, pooler) -> nn.Module` (its backbone); `new_config`: of
     `(preset, tokenizer, objective, positions, layer_norm, overrides) -> config`, a config for a new
     pretraining run; `embedder`: of the class whose `load(directory, device, precision)` embeds
@@ -114,9 +115,9 @@ class Family:
     presets: dict
     objectives: tuple[Objective, ...]
     encoder: str
-    task_model: str | None
     finetuning: str
     describe: str
+    task_model: str | None = None
     pipeline: str = "subword"
     native: bool = False
     vocab_kind: str = "wordpiece"
@@ -138,6 +139,9 @@ class Family:
     # multiple-choice class scores through `num_labels` outputs, so that one label is saved (GPT-1's).
     token_head: str | None = None
     one_choice_label: bool = False
+    # The class (config, sentence=None) -> nn.Module that reads the family's masked-LM checkpoints
+    # (`sentence`: "nsp" where one has a next-sentence head), for fill-mask, evaluate-lm and export.
+    masked_lm: str | None = None
     # A translation family: the name `train-translation --arch` builds it by, the peak rate and
     # warm-up steps of its inverse-square-root schedule, and whether it reads fixed word vectors.
     arch: str | None = None
@@ -161,6 +165,21 @@ class Family:
         if self.tasks is not None and task_kind not in self.tasks:
             raise BertforgeError(f"{source}: {self.describe} models fine-tune for {', '.join(self.tasks)}, "
                                  f"not {task_name}")
+
+    def build_encoder(self, config, pooler: bool = True):
+        """The family's encoder (GPT-1's decoder) of `config`, with its pooler unless `pooler=False`."""
+        return resolve(self.encoder)(config, pooler)
+
+    def build_task_model(self, task, config):
+        """The model of `task` over this family's model of `config`: the family's own builder
+        (`task_model`), else the task's head over the family's encoder (`task.encoder_model`)."""
+        if self.task_model is None:
+            return task.encoder_model(config, self)
+        return resolve(self.task_model)(task, config)
+
+    def token_transform(self, config):
+        """The transform the family's token-level task classes put on every token, or None."""
+        return resolve(self.token_head)(config) if self.token_head else None
 
     def call(self, hook: str, *args, **kwargs):
         """Call the family's code named by the field `hook` (a dotted path)."""

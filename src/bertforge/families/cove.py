@@ -14,7 +14,7 @@ def finetuning(config) -> dict:
 
 FAMILY = Family(
     name="cove", model_types=("cove",), config=CoveConfig, presets=PRESETS, objectives=(),
-    encoder="bertforge.models.cove:CoveTranslator", task_model="bertforge.tasks.cove_features:task_model",
+    encoder="bertforge.models.cove:CoveTranslator", task_model="bertforge.models.cove_features:task_model",
     finetuning="bertforge.families.cove:finetuning", describe="CoVe", tasks=("classification", "ner"),
     finetuning_note="peak learning rate {lr:g} for the task network over CoVe (--lr to change)",
     vocab_kind="words+joint", checkpoint="bertforge.formats.cove", default_preset="cove",

@@ -22,15 +22,16 @@ from ..checkpoint import read_config
 from ..config import BertConfig, ModernBertConfig
 from ..config.base import _read_json
 from ..errors import BertforgeError
-from ..families import encoder, family_of, resolve
+from ..families import Family, family_of, resolve
 from ..families.hf_layout import HFLayout
 from ..paths import inside
 from . import native
 from .tensors import check_finite, load_state, read_pickled, read_safetensors
 
-def layout_of(config_or_type) -> HFLayout:
-    """The Hugging Face layout of a config's (or a `model_type`'s) family (see `families.hf_layout`)."""
-    path = family_of(config_or_type).hf
+def layout_of(config_or_type, family: Family | None = None) -> HFLayout:
+    """The Hugging Face layout of a config's (or a `model_type`'s) family (see `families.hf_layout`);
+    `family`: its record, when the caller has it."""
+    path = (family or family_of(config_or_type)).hf
     return resolve(path) if path else HFLayout()
 
 
@@ -79,15 +80,15 @@ def hf_class(model_type: str, architecture: str) -> str:
     return layout_of(model_type).hf_class(model_type, architecture)
 
 
-def encoder_key_map(config, architecture: str = "", pooler: bool = True, layout: HFLayout | None = None
-                    ) -> list[tuple[str, str]]:
+def encoder_key_map(config, architecture: str = "", pooler: bool = True, layout: HFLayout | None = None,
+                    family: Family | None = None) -> list[tuple[str, str]]:
     """Every (ours, HF) name pair of the encoder `config` describes, fused projections excepted.
-    `layout`: the family's, when the caller has it (see `layout_of`)."""
+    `layout`, `family`: the family's layout and record, when the caller has them (see `layout_of`)."""
     def names(with_pooler: bool) -> list[str]:  # our encoder's parameter names, for layouts that rename
         with torch.device("meta"):  # names only: no memory, no initialisation
-            return list(encoder(config, pooler=with_pooler).state_dict())
+            return list((family or family_of(config)).build_encoder(config, pooler=with_pooler).state_dict())
 
-    return (layout or layout_of(config)).encoder_keys(config, architecture, pooler, names)
+    return (layout or layout_of(config, family)).encoder_keys(config, architecture, pooler, names)
 
 
 def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
@@ -102,14 +103,15 @@ def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architectu
 
 
 def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, architecture: str = "",
-                    pooler: bool = True, layout: HFLayout | None = None) -> tuple[dict, set]:
+                    pooler: bool = True, layout: HFLayout | None = None, family: Family | None = None
+                    ) -> tuple[dict, set]:
     """HF names -> our encoder's state dict, and the HF keys that were used.
 
     Keys the encoder needs but `tensors` lacks are simply absent from the result; the caller
     reports them, since only it knows which file they should have been in.
     """
-    state, used, layout = {}, set(), layout or layout_of(config)
-    for ours, theirs in encoder_key_map(config, architecture, pooler, layout):
+    state, used, layout = {}, set(), layout or layout_of(config, family)
+    for ours, theirs in encoder_key_map(config, architecture, pooler, layout, family):
         if theirs in tensors:
             state[ours] = layout.convert(theirs, tensors[theirs], config, to_hf=False)
             used.add(theirs)
@@ -196,7 +198,7 @@ def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: s
 
 
 def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu", new_heads: bool = False,
-                    config=None, **options):
+                    config=None, family: Family | None = None, **options):
     """Load any HF BERT, ALBERT, RoBERTa, ELECTRA, RoFormer or ModernBERT directory (the encoder
     classes, pretraining and task models) as `cls`.
 
@@ -205,27 +207,30 @@ def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu"
     the encoder at `.backbone` and heads named as in `head_keys` (e.g. `BertPretraining`), whose heads
     must be in the checkpoint unless `new_heads` allows fresh ones. A checkpoint without a pooler
     (HF's `BertForMaskedLM`, ELECTRA, token-level task models) gets a freshly initialised one,
-    with a warning. `options` go to `cls` (e.g. `sentence=None`). `config`: the directory's, when
-    already read.
+    with a warning. `options` go to `cls` (e.g. `sentence=None`). `config`, `family`: the directory's
+    config and its family's record, when the caller has them.
     """
     config = config or read_config(directory)
-    model = encoder(config, **options) if cls is None else cls(config, **options)
+    family = family or family_of(config)
+    model = family.build_encoder(config, **options) if cls is None else cls(config, **options)
     for sub, part in parts(model).items():
-        load_into(part, _join(directory, sub), new_heads, config if not sub else None)
+        load_into(part, _join(directory, sub), new_heads, *((config, family) if not sub else ()))
     return model.to(device)
 
 
 def load_into(model: nn.Module, directory: str, new_heads: bool = False, config: BertConfig | None = None,
-              heads: bool = True) -> None:
+              family: Family | None = None, heads: bool = True) -> None:
     """Copy the weights of an HF checkpoint directory into an existing `model` (see `load_pretrained`).
     With `heads=False` only the encoder is read: a new task starts with a fresh head even when the
-    checkpoint has one (of another task, or with other labels)."""
+    checkpoint has one (of another task, or with other labels). `config`, `family`: the directory's
+    config and its family's record, when the caller has them."""
     config = config or read_config(directory)
-    layout = layout_of(config)  # asked of the family once for the whole read
+    family = family or family_of(config)
+    layout = layout_of(config, family)  # asked of the family once for the whole read
     tensors, source = read_weights(directory, config.model_type, layout)
     _check_tokenizer(directory, config)
     body, architecture = encoder_of(model)
-    state, used = encoder_from_hf(tensors, config, architecture, pooler=body.pooler is not None, layout=layout)
+    state, used = encoder_from_hf(tensors, config, architecture, body.pooler is not None, layout, family)
     allowed_missing = {f"pooler.{layer}.{kind}" for layer in ("dense", "norm") for kind in ("weight", "bias")}
     fresh = set()  # new task heads: expected to be missing, so no warning
     if body is not model:

@@ -23,10 +23,11 @@ from torch import nn
 from ..config import AWDLSTMConfig, BertConfig, ELMoConfig, GPTConfig, ModernBertConfig
 from .heads import DiscriminatorHead, MLMHead, NSPHead, SpanBoundaryHead
 from ..losses import sampled_softmax_loss, vocab_loss
-from ..families import encoder
 from .awd_lstm import AWDLSTMLanguageModel
-from .bert import init_weights
+from .bert import Bert, init_weights
 from .elmo import ELMoLanguageModel
+from .gpt import GPT
+from .modernbert import ModernBert
 from .linear import linear
 
 
@@ -49,15 +50,15 @@ class BertPretraining(nn.Module):
     `...ForMaskedLM` without (the family from the config: `BertForPreTraining`,
     `AlbertForPreTraining`, `RobertaForMaskedLM`, ...). The SBO head is saved beside the HF
     weights under `bertforge_sbo.` (HF ignores it; SpanBERT released its encoders without it).
+    `backbone`: the encoder, when not BERT's (`ModernBertPretraining`).
     """
 
-    def __init__(self, config: BertConfig, sentence: str | None = "nsp", span_boundary: bool = False):
+    def __init__(self, config: BertConfig, sentence: str | None = "nsp", span_boundary: bool = False,
+                 backbone: nn.Module | None = None):
         super().__init__()
         if sentence not in ("nsp", "sop", None):
             raise ValueError(f"sentence must be 'nsp', 'sop' or None, got {sentence!r}")
-        if sentence is not None and config.model_type == "modernbert":
-            raise ValueError("ModernBERT pretrains with masked LM alone (no NSP or SOP head)")
-        self.backbone = encoder(config, pooler=sentence is not None)
+        self.backbone = Bert(config, pooler=sentence is not None) if backbone is None else backbone
         self.mlm = mlm_head(config)
         self.sentence = sentence
         self.nsp = NSPHead(config.hidden_size) if sentence else None
@@ -93,6 +94,15 @@ class BertPretraining(nn.Module):
         return losses, correct
 
 
+class ModernBertPretraining(BertPretraining):
+    """ModernBERT's pretraining: masked LM alone over its encoder, saved as HF `ModernBertForMaskedLM`."""
+
+    def __init__(self, config: ModernBertConfig, sentence: str | None = None, span_boundary: bool = False):
+        if sentence is not None:
+            raise ValueError("ModernBERT pretrains with masked LM alone (no NSP or SOP head)")
+        super().__init__(config, None, span_boundary, backbone=ModernBert(config, pooler=False))
+
+
 class CausalLMPretraining(nn.Module):
     """GPT-1's objective: predict every next token from those before it, through the LM head tied
     to the token embeddings (no bias, as OpenAI's). Saved as HF `OpenAIGPTLMHeadModel` (GPT-2's
@@ -103,7 +113,7 @@ class CausalLMPretraining(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.architecture = self.ARCHITECTURES[config.model_type]
-        self.backbone = encoder(config)  # the decoder, where the encoder is in the other objectives
+        self.backbone = GPT(config)  # the decoder, where the encoder is in the other objectives
 
     def lm_logits(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits (M, V) at flat `positions` of `hidden` (B, T, H)."""
@@ -246,7 +256,7 @@ class ElectraPretraining(nn.Module):
         super().__init__()
         if config.model_type != "electra":
             raise ValueError("ElectraPretraining needs a config with model_type 'electra'")
-        self.backbone = encoder(config, pooler=False)
+        self.backbone = Bert(config, pooler=False)
         self.discriminator = DiscriminatorHead(config.hidden_size, config.hidden_act)
         self.discriminator.apply(lambda m: init_weights(m, config.initializer_range))
         self.generator = BertPretraining(generator_config(config, generator_fraction), sentence=None)
@@ -282,6 +292,10 @@ def masked_lm(config, terms: tuple[str, ...], generator_fraction: float = 0.25) 
     """Masked LM with the sentence-pair (nsp, sop) and span-boundary (sbo) terms asked for."""
     sentence = next((t for t in terms if t in ("nsp", "sop")), None)
     return BertPretraining(config, sentence=sentence, span_boundary="sbo" in terms)
+
+
+def modernbert_masked_lm(config, terms: tuple[str, ...], generator_fraction: float = 0.25) -> ModernBertPretraining:
+    return ModernBertPretraining(config, span_boundary="sbo" in terms)
 
 
 def electra(config, terms: tuple[str, ...], generator_fraction: float = 0.25) -> "ElectraPretraining":

@@ -21,8 +21,7 @@ import torch
 
 from ..embed import Embedder
 from ..errors import BertforgeError
-from ..families import family_of
-from ..checkpoint import label_names_of, read_config
+from ..checkpoint import label_names_of, read_family_and_config
 from ..formats.hf import has_masked_lm_head
 from ..load import load
 from ..predictor import answers
@@ -51,18 +50,17 @@ class Engine:
         """`precision`: fp32, bf16 (autocast) or int8 (the linear layers quantized; CPU only), for
         every endpoint's model calls."""
         self.directory, self.precision, self.device_type = directory, precision, torch.device(device).type
-        self.config = config = read_config(directory)
-        family = family_of(config)
+        self.family, self.config = family, config = read_family_and_config(directory)
         family.supports("serve", directory)
         self.task = self.fill = self.translator = None
         self.names = None
         if "translate" in family.uses:  # an encoder-decoder: no embedder, no encoder-only endpoints
-            self.translator = Translator(load(directory, device, use="translate", config=config))
+            self.translator = Translator(load(directory, device, use="translate", config=config, family=family))
             self.tokenizer, self.max_length = self.translator.tokenizer, self.translator.positions
             for_inference(self.translator.model, precision)
             return
         if config.bertforge_task:
-            loaded = load(directory, device, config=config)
+            loaded = load(directory, device, config=config, family=family)
             self.model, self.task, self.tokenizer = loaded.model, loaded.task, loaded.tokenizer
             self.names = label_names_of(self.model)
             self.embedder = Embedder(self.model.backbone, self.tokenizer)
@@ -92,13 +90,13 @@ class Engine:
         """The endpoints this model answers, named after the CLI's commands."""
         if self.translator is not None:  # what each head looks at, where the family's model shows it
             return [a for a in TRANSLATION_ABILITIES
-                    if a != "translate/attention" or "attention" in family_of(self.config).uses]
+                    if a != "translate/attention" or "attention" in self.family.uses]
         found = ["embed", "tokens"]
         if self.fill is not None:
             found.append("fill-mask")
         if self.task is not None:
             found.append("predict")
-        if "attention" in family_of(self.config).uses:
+        if "attention" in self.family.uses:
             found.append("attention")
         return found
 

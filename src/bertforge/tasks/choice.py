@@ -15,12 +15,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import BertConfig
-from ..families import encoder, family_of
+from ..families import family_of
 from ..errors import BertforgeError
 from ..models.heads import ClassifierHead
 from ..metrics import accuracy
 from ..models.bert import init_weights
-from .common import auxiliary_lm, build_task_model, finetuned_config, inference_batches, pad, place, read_records, token_types
+from .common import auxiliary_lm, finetuned_config, inference_batches, pad, place, read_records, token_types
 from .common import field as column_of
 from .kind import TaskKind
 
@@ -117,11 +117,8 @@ class MultipleChoiceTask(TaskKind):
             batch["counts"] = {self.term: len(features)}
         return batch
 
-    def build_model(self, config: BertConfig) -> nn.Module:
-        return build_task_model(self, config)
-
-    def encoder_model(self, config: BertConfig) -> "ChoiceScorer":
-        return ChoiceScorer(config)
+    def encoder_model(self, config: BertConfig, family) -> "ChoiceScorer":
+        return ChoiceScorer(config, family.build_encoder(config))
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
@@ -159,9 +156,9 @@ class ChoiceScorer(nn.Module):
 
     architecture = "BertForMultipleChoice"
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, backbone: nn.Module):
         super().__init__()
-        self.backbone = encoder(config)
+        self.backbone = backbone
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.classifier = ClassifierHead(config.hidden_size, 1, dropout)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))

@@ -17,11 +17,10 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..losses import classification_losses
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
-from ..families import encoder
 from ..models.bert import init_weights
-from ..models.heads import ClassifierHead, concat_pool
+from ..models.heads import ClassifierHead
 from ..models.scalar_mix import ScalarMix
-from .common import (auxiliary_lm, build_task_model, encoder_inputs, finetuned_config, inference_batches, place,
+from .common import (auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, place,
                      read_records, token_types)
 from .common import field as column_of
 from .kind import TaskKind
@@ -176,11 +175,8 @@ class ClassificationTask(TaskKind):
 
     # ---- model, prediction, scores -----------------------------------------------------------
 
-    def build_model(self, config: BertConfig) -> nn.Module:
-        return build_task_model(self, config)
-
-    def encoder_model(self, config: BertConfig) -> "SequenceClassifier":
-        return SequenceClassifier(config)
+    def encoder_model(self, config: BertConfig, family) -> "SequenceClassifier":
+        return SequenceClassifier(config, family.build_encoder(config))
 
     def configure(self, config: BertConfig, names: list[str] | None, classifier_dropout: float | None) -> BertConfig:
         """The config of the fine-tuned model: HF's label keys plus how to read inputs."""
@@ -262,9 +258,9 @@ class SequenceClassifier(nn.Module):
 
     architecture = "BertForSequenceClassification"
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, backbone: nn.Module):
         super().__init__()
-        self.backbone = encoder(config)
+        self.backbone = backbone
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.regression = config.problem_type == "regression"
         self.classifier = ClassifierHead(config.hidden_size, 1 if self.regression else config.num_labels, dropout,
@@ -303,44 +299,6 @@ class SequenceClassifier(nn.Module):
         return {**losses, **auxiliary_lm(self, hidden, batch)}, correct
 
 
-class RecurrentClassifier(nn.Module):
-    """ULMFiT's classifier (Howard & Ruder, 2018, section 3.3): the AWD-LSTM encoder reads the whole
-    document in chunks of `CHUNK` words, its state carried from chunk to chunk (gradients flow
-    through all of them), and concat pooling of the last layer's states ([last; max; mean] over the
-    real words) feeds two blocks of batch norm, dropout and linear layers (50 units between). Inputs
-    are right-padded, which a left-to-right LSTM never sees before a real word; a backward model
-    reads each document's real words reversed. Saved in bertforge's own format (no HF class)."""
-
-    architecture = "AWDLSTMForSequenceClassification"
-    CHUNK = 70
-
-    def __init__(self, config):
-        super().__init__()
-        from ..models.heads import PoolingClassifierHead
-        from ..models.awd_lstm import AWDLSTM
-
-        self.backbone = AWDLSTM(config)
-        self.regression = config.problem_type == "regression"
-        first = config.output_p if config.classifier_dropout is None else config.classifier_dropout
-        self.classifier = PoolingClassifierHead([3 * config.emb_sz, 50, 1 if self.regression else config.num_labels],
-                                                [first, 0.1])
-
-    def logits(self, batch: dict) -> torch.Tensor:
-        ids, lengths = batch["input_ids"], batch["attention_mask"].sum(1)
-        if self.backbone.config.backwards:  # row b: its real words reversed, then its padding
-            steps = torch.arange(ids.shape[1], device=ids.device)[None, :]
-            ids = ids.gather(1, torch.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps))
-        outputs, state = [], None
-        for start in range(0, ids.shape[1], self.CHUNK):
-            layers, state = self.backbone(ids[:, start:start + self.CHUNK], state)
-            outputs.append(layers[-1])  # (B, chunk, H)
-        logits = self.classifier(concat_pool(torch.cat(outputs, 1), lengths))
-        return logits.squeeze(-1) if self.regression else logits
-
-    def forward(self, batch: dict) -> tuple[dict, dict]:
-        return classification_losses(self.logits(batch), batch["labels"], self.regression)
-
-
 # The GLUE tasks as the GLUE distribution lays them out (Wang et al., 2019), with their metrics;
 # the first metric is the one the best model is chosen by.
 GLUE = {
@@ -372,8 +330,3 @@ def glue_task(name: str, max_seq_length: int = 128) -> ClassificationTask:
     if name not in GLUE:
         raise BertforgeError(f"unknown GLUE task {name!r}; choose one of {', '.join(GLUE)}")
     return ClassificationTask(name=name, max_seq_length=max_seq_length, **GLUE[name])
-
-
-def recurrent_task_model(task, config) -> RecurrentClassifier:
-    """An AWD-LSTM's task model: ULMFiT's classifier (the family fine-tunes for nothing else)."""
-    return RecurrentClassifier(config)

@@ -16,7 +16,6 @@ import torch
 from ..data.batches import Position
 from ..data.corpus import json_object
 from ..errors import BertforgeError
-from ..families import family_of, resolve
 from ..losses import next_token_loss
 from ..paths import why_missing
 
@@ -412,18 +411,3 @@ def pad(rows: list[list[int]], value: int) -> torch.Tensor:
 
 def to_device(batch: dict, device) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def token_head(config):
-    """The transform the family's token-level task classes put on every token (ModernBERT's head)."""
-    return resolve(family_of(config).token_head)(config)
-
-
-def build_task_model(task, config):
-    """The model of `task` over a model of `config`'s family, as its family builds one."""
-    return family_of(config).call("task_model", task, config)
-
-
-def encoder_task_model(task, config):
-    """A Transformer's task model: the task's own head over the encoder (`task.encoder_model`)."""
-    return task.encoder_model(config)

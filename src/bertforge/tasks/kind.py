@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..errors import BertforgeError
+from ..families import family_of
 
 
 # what a predictions file holds, by format, for `predict`'s header
@@ -55,6 +56,15 @@ class TaskKind:
     def family(self) -> str:
         """The kind under its former name (what config.json still calls it)."""
         return self.kind
+
+    def build_model(self, config):
+        """The task's model over a model of `config`'s family, as the family builds it (code that
+        has the family's record at hand asks `family.build_task_model(task, config)`)."""
+        return family_of(config).build_task_model(self, config)
+
+    def encoder_model(self, config, family):
+        """The task's head over `family`'s encoder of `config` (a Transformer family's task model)."""
+        raise BertforgeError(f"a {self.name} task has no head over an encoder")
 
     def recorded(self) -> dict:
         """What run_config.json records of the task's options beyond its name (a tagger's CRF)."""

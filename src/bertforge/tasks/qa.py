@@ -23,11 +23,9 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..models.heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
-from ..families import encoder
 from ..models.bert import init_weights
 from .common import (
     auxiliary_lm,
-    build_task_model,
     encoder_inputs,
     finetuned_config,
     inference_batches,
@@ -35,7 +33,6 @@ from .common import (
     place,
     read_records,
     read_text,
-    token_head,
     token_types,
 )
 from .kind import TaskKind
@@ -231,11 +228,9 @@ class QuestionAnsweringTask(TaskKind):
             batch["counts"] = {self.term: len(features)}
         return batch
 
-    def build_model(self, config: BertConfig) -> nn.Module:
-        return build_task_model(self, config)
-
-    def encoder_model(self, config: BertConfig) -> "QuestionAnswerer":
-        return QuestionAnswerer(config)
+    def encoder_model(self, config: BertConfig, family) -> "QuestionAnswerer":
+        transform = family.token_transform(config)  # ModernBERT's: no pooler, a head on every token
+        return QuestionAnswerer(config, family.build_encoder(config, pooler=transform is None), transform)
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
         return finetuned_config(config, self, drop=("id2label", "problem_type"))
@@ -353,12 +348,11 @@ class QuestionAnswerer(nn.Module):
 
     architecture = "BertForQuestionAnswering"
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, backbone: nn.Module, transform: nn.Module | None = None):
         super().__init__()
-        # ModernBERT's QA class puts its dense -> act -> LayerNorm head on every token first.
-        modern = config.token_head
-        self.backbone = encoder(config, pooler=not modern)
-        self.transform = token_head(config) if modern else None
+        # ModernBERT's QA class puts its dense -> act -> LayerNorm head (`transform`) on every token first.
+        modern = transform is not None
+        self.backbone, self.transform = backbone, transform
         # BERT's QA class has no dropout before its output layer; ModernBERT's has its classifier's
         self.qa = ClassifierHead(config.hidden_size, 2, dropout=config.classifier_dropout if modern else 0.0)
         self.qa.apply(lambda m: init_weights(m, config.initializer_range))

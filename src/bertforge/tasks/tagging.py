@@ -21,12 +21,10 @@ from ..errors import BertforgeError
 from ..losses import tagging_losses
 from ..models.heads import ClassifierHead
 from ..metrics import entities, entity_scores
-from ..families import encoder
 from ..models.bert import init_weights
 from ..models.crf import CRF
 from .common import (
     auxiliary_lm,
-    build_task_model,
     encoder_inputs,
     finetuned_config,
     inference_batches,
@@ -35,7 +33,6 @@ from .common import (
     place,
     read_records,
     read_text,
-    token_head,
     token_types,
 )
 from .kind import TaskKind
@@ -258,14 +255,13 @@ class TaggingTask(TaskKind):
         """The gold tag ids of each sentence's words that have a piece, in order (the CRF's paths)."""
         return [[f["labels"][f["first_piece"][w]] for w in sorted(f["first_piece"])] for f in features]
 
-    def build_model(self, config: BertConfig) -> nn.Module:
-        return build_task_model(self, config)
-
-    def encoder_model(self, config: BertConfig) -> "TokenClassifier":
+    def encoder_model(self, config: BertConfig, family) -> "TokenClassifier":
         if self.tagger is not None:
             raise BertforgeError(f"--tagger {self.tagger} reads the states of a biLM: give an ELMo model "
                                  "(pretrain --objective elmo)")
-        return CRFTokenClassifier(config) if self.crf else TokenClassifier(config)
+        transform = family.token_transform(config)  # ModernBERT's: no pooler, a head on every token
+        backbone = family.build_encoder(config, pooler=transform is None)
+        return (CRFTokenClassifier if self.crf else TokenClassifier)(config, backbone, transform)
 
     def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
@@ -372,12 +368,10 @@ class TokenClassifier(nn.Module):
 
     architecture = "BertForTokenClassification"
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, backbone: nn.Module, transform: nn.Module | None = None):
         super().__init__()
-        # ModernBERT's token classes put its dense -> act -> LayerNorm head on every token first.
-        modern = config.token_head
-        self.backbone = encoder(config, pooler=not modern)
-        self.transform = token_head(config) if modern else None
+        # ModernBERT's token classes put its dense -> act -> LayerNorm head (`transform`) on every token first.
+        self.backbone, self.transform = backbone, transform
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.classifier = ClassifierHead(config.hidden_size, config.num_labels, dropout)
         self.classifier.apply(lambda m: init_weights(m, config.initializer_range))
@@ -406,8 +400,8 @@ class CRFTokenClassifier(TokenClassifier):
     by Viterbi. Saved as `BertForTokenClassification` (which `transformers` loads, without the CRF)
     with the CRF's weights in bertforge's heads file."""
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def __init__(self, config: BertConfig, backbone: nn.Module, transform: nn.Module | None = None):
+        super().__init__(config, backbone, transform)
         self.crf = CRF(config.num_labels)
 
     def emissions(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,8 +32,9 @@ OBJECTIVES = (
 FAMILY = Family(
     name="bert", hf="bertforge.families.bert.hf:LAYOUT",
     model_types=MODEL_TYPES, config=BertConfig, presets=PRESETS, objectives=OBJECTIVES,
-    encoder="bertforge.models.bert:Bert", task_model="bertforge.tasks.common:encoder_task_model",
+    encoder="bertforge.models.bert:Bert",
     finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.bert:pretraining_config",
     embedder="bertforge.embed:Embedder", describe="BERT-family",
     uses=("embed", "fill-mask", "evaluate-lm", "serve", "attention", "onnx"), lm="masked",
+    masked_lm="bertforge.models.objectives:BertPretraining",
 )

@@ -9,10 +9,11 @@ FAMILY = Family(
     name="modernbert", hf="bertforge.families.modernbert.hf:LAYOUT", token_head="bertforge.models.modernbert:Head",
     model_types=("modernbert",), config=ModernBertConfig, presets=PRESETS,
     # masked LM alone (30% in its recipe) on packed full sentences
-    objectives=(Objective("modernbert", "modernbert", ("mlm",), "bertforge.models.objectives:masked_lm",
+    objectives=(Objective("modernbert", "modernbert", ("mlm",), "bertforge.models.objectives:modernbert_masked_lm",
                           positions=("rotary",), rotary=True, mask_prob=0.3),),
-    encoder="bertforge.models.modernbert:ModernBert", task_model="bertforge.tasks.common:encoder_task_model",
+    encoder="bertforge.models.modernbert:ModernBert",
     finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.modernbert:pretraining_config",
     embedder="bertforge.embed:Embedder", describe="ModernBERT",
     uses=("embed", "fill-mask", "evaluate-lm", "serve", "onnx"), lm="masked",
+    masked_lm="bertforge.models.objectives:ModernBertPretraining",
 )

@@ -15,9 +15,9 @@ from torch import nn
 
 from ..errors import BertforgeError
 from ..losses import classification_losses, tagging_losses
-from ..models.elmo import ELMo
-from ..models.lstm import packed_bilstm as bilstm
-from ..models.scalar_mix import ScalarMix
+from .elmo import ELMo
+from .lstm import packed_bilstm as bilstm
+from .scalar_mix import ScalarMix
 from .frozen_outputs import FrozenOutputs
 
 WORD_DIM = 100  # the task's own word vectors (GloVe's 100 in the paper's NER baseline)

@@ -18,8 +18,8 @@ from torch import nn
 
 from ..errors import BertforgeError
 from ..losses import classification_losses, tagging_losses
-from ..models.cove import MTLSTM
-from ..models.lstm import packed_bilstm as bilstm
+from .cove import MTLSTM
+from .lstm import packed_bilstm as bilstm
 from .frozen_outputs import FrozenOutputs
 
 HIDDEN = 150  # each direction of the task's biLSTMs (the paper's BCN: 300)
