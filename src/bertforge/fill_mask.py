@@ -8,23 +8,28 @@ import torch
 
 from .checks import check, count
 from .errors import BertforgeError
+from .checkpoint import read_family_and_config
 from .families import family_of, resolve
+from .hub import model_path
 from .load import load
 from .quantize import for_inference
 from .data.tokenizer import MASK
 
 
-def masked_lm(config, **options):
-    """The model of the family's masked-LM checkpoints (its record's `masked_lm`)."""
-    return resolve(family_of(config).masked_lm)(config, **options)
-
-
 class FillMask:
     """A loaded model and tokenizer, ready to answer many queries."""
 
-    def __init__(self, directory: str, device: str | torch.device = "cpu", config=None):
+    def __init__(self, directory: str, device: str | torch.device = "cpu", config=None, family=None):
+        """`config`, `family`: the directory's config and its family's record, when already read."""
+        directory = model_path(directory)
+        if config is None:
+            family, config = read_family_and_config(directory)
+        family = family or family_of(config)
+        # the class of the family's masked-LM checkpoints (asked once `load` has checked the use)
+        masked_lm = lambda c, **options: resolve(family.masked_lm)(c, **options)  # noqa: E731
         try:
-            loaded = load(directory, device, model=masked_lm, use="fill-mask", config=config, sentence=None)
+            loaded = load(directory, device, model=masked_lm, use="fill-mask", config=config, family=family,
+                          sentence=None)
         except BertforgeError as e:
             if "missing weights: mlm." not in str(e):
                 raise

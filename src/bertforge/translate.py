@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .checks import check
+from .data.padding import pad
 from .errors import BertforgeError
 
 PENALTIES = ("hf", "gnmt")
@@ -249,14 +250,3 @@ def _batches(order: list[int], costs: list[int], options: DecodeOptions):
         total += costs[i]
     if chunk:
         yield chunk
-
-
-def pad(rows: list[list[int]], pad_id: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of ids padded into (B, T), and the mask of real tokens (by length: a source vocabulary
-    of its own may use the target's pad id as a word)."""
-    width = max(len(r) for r in rows)
-    batch = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    for i, r in enumerate(rows):
-        batch[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-    mask = torch.arange(width)[None, :] < torch.tensor([len(r) for r in rows])[:, None]
-    return batch.to(device), mask.to(device)

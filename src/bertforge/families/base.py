@@ -96,8 +96,9 @@ class Family:
     family whose task models are its own (None: each task's head over the encoder);
     `encoder`: of `(config, pooler) -> nn.Module` (its backbone); `new_config`: of
     `(preset, tokenizer, objective, positions, layer_norm, overrides) -> config`, a config for a new
-    pretraining run; `embedder`: of the class whose `load(directory, device, precision)` embeds
-    with it. `finetuning_config`: config fields set for fine-tuning (ULMFiT's classifier dropouts);
+    pretraining run; `embedder`: of the class that embeds with it (`load_options(config, family)`:
+    what `load` reads; `from_loaded(loaded, precision)`; None: the Transformer's `embed.Embedder`
+    over its encoder). `finetuning_config`: config fields set for fine-tuning (ULMFiT's classifier dropouts);
     `gradual_unfreezing`: unfreeze a layer every half epoch by default; `finetuning_note`: the line
     printed about the fine-tuning defaults (`{lr}`, `{layer_decay}`, `{schedule}`, `{width}`).
     `checkpoint`: the dotted path of a module with `write`, `load` and `load_model` when the family

@@ -21,7 +21,7 @@ FAMILY = Family(
     objectives=(Objective("elmo", "elmo", ("lm",), "bertforge.models.objectives:BiLMPretraining", masks=False,
                           optimisation=BILM),),
     encoder="bertforge.models.elmo:ELMo", task_model="bertforge.models.elmo_features:task_model",
-    finetuning="bertforge.families.elmo:finetuning", embedder="bertforge.embed:ELMoEmbedder",
+    finetuning="bertforge.families.elmo:finetuning", embedder="bertforge.embedders:ELMoEmbedder",
     finetuning_note="peak learning rate {lr:g} for the task model over ELMo (--lr to change)",
     describe="ELMo", tasks=("classification", "ner"), uses=("embed", "allennlp", "evaluate-lm"), lm="bidirectional",
 )

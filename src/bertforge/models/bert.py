@@ -359,3 +359,9 @@ def init_weights(module: nn.Module, std: float) -> None:
         nn.init.ones_(module.weight)
         if module.bias is not None:  # ModernBERT's have none
             nn.init.zeros_(module.bias)
+
+
+def token_types(model, types: torch.Tensor) -> torch.Tensor | None:
+    """BERT's segment ids for `model`'s encoder, or None for GPT-1, which has no segment table (HF's
+    convention would embed the zeros as token 0)."""
+    return types if model.config.token_types else None

@@ -19,7 +19,7 @@ import os
 
 import torch
 
-from ..embed import Embedder
+from ..embed import Embedder, load_embedder
 from ..errors import BertforgeError
 from ..checkpoint import label_names_of, read_family_and_config
 from ..formats.hf import has_masked_lm_head
@@ -67,11 +67,11 @@ class Engine:
         elif has_masked_lm_head(config):
             from ..fill_mask import FillMask
 
-            self.fill = FillMask(directory, device, config)
+            self.fill = FillMask(directory, device, config, family)
             self.tokenizer = self.fill.tokenizer
             self.embedder = Embedder(self.fill.model.backbone, self.tokenizer)
         else:
-            self.embedder = Embedder.load(directory, config, device)
+            self.embedder = load_embedder(directory, config, family, device, cls=Embedder)
             self.tokenizer = self.embedder.tokenizer
         self.encoder = self.embedder.model
         self.parameters = sum(p.numel() for p in self.encoder.parameters())  # before int8 packs the weights away

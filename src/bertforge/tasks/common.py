@@ -14,9 +14,11 @@ import numpy as np
 import torch
 
 from ..data.batches import Position
+from ..data.padding import in_length_order
 from ..data.corpus import json_object
 from ..errors import BertforgeError
 from ..losses import next_token_loss
+from ..models.bert import token_types
 from ..paths import why_missing
 
 csv.field_size_limit(sys.maxsize)
@@ -335,13 +337,6 @@ class FinetuneData:
             epoch, index = epoch + 1, 0
 
 
-def in_length_order(features: list, batch_size: int, length: Callable = len) -> Iterator[list[int]]:
-    """Indices of `features` in batches of similar length, for fast inference."""
-    order = sorted(range(len(features)), key=lambda i: length(features[i]))
-    for start in range(0, len(order), batch_size):
-        yield order[start: start + batch_size]
-
-
 def encoder_inputs(features: list[dict], pad_id: int) -> dict:
     """input_ids, token_type_ids and attention_mask (B, T) padded to the longest feature, from
     features holding `ids` (and `types`, else all zeros); plus the count of real tokens."""
@@ -363,12 +358,6 @@ def inference_batches(model, task, features: list, batch_size: int) -> Iterator[
     device = next(model.parameters()).device
     for rows in in_length_order(features, batch_size, task.length):
         yield rows, to_device(task.collate([features[i] for i in rows], model.backbone.config.pad_token_id), device)
-
-
-def token_types(model, types: torch.Tensor) -> torch.Tensor | None:
-    """BERT's segment ids for `model`'s encoder, or None for GPT-1, which has no segment table (HF's
-    convention would embed the zeros as token 0)."""
-    return types if model.config.token_types else None
 
 
 def auxiliary_lm(model, hidden: torch.Tensor, batch: dict) -> dict:

@@ -34,7 +34,7 @@ FAMILY = Family(
     model_types=MODEL_TYPES, config=BertConfig, presets=PRESETS, objectives=OBJECTIVES,
     encoder="bertforge.models.bert:Bert",
     finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.bert:pretraining_config",
-    embedder="bertforge.embed:Embedder", describe="BERT-family",
+    describe="BERT-family",
     uses=("embed", "fill-mask", "evaluate-lm", "serve", "attention", "onnx"), lm="masked",
     masked_lm="bertforge.models.objectives:BertPretraining",
 )

@@ -21,6 +21,6 @@ FAMILY = Family(
                           paper={"lr": 2.5e-4, "mask_prob": 0.0, "schedule": "one-cycle"}),),
     encoder="bertforge.models.gpt:GPT",
     finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.gpt:pretraining_config",
-    embedder="bertforge.embed:Embedder", describe="GPT-1", vocab_kind="bpe", layer_norms=("post", "pre"),
+    describe="GPT-1", vocab_kind="bpe", layer_norms=("post", "pre"),
     uses=("embed", "generate", "evaluate-lm"), lm="causal", input_transforms=True,
 )

@@ -13,7 +13,7 @@ FAMILY = Family(
                           positions=("rotary",), rotary=True, mask_prob=0.3),),
     encoder="bertforge.models.modernbert:ModernBert",
     finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.modernbert:pretraining_config",
-    embedder="bertforge.embed:Embedder", describe="ModernBERT",
+    describe="ModernBERT",
     uses=("embed", "fill-mask", "evaluate-lm", "serve", "onnx"), lm="masked",
     masked_lm="bertforge.models.objectives:ModernBertPretraining",
 )
