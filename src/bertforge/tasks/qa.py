@@ -229,8 +229,9 @@ class QuestionAnsweringTask(TaskKind):
         return batch
 
     def encoder_model(self, config: BertConfig, family) -> "QuestionAnswerer":
-        transform = family.token_transform(config)  # ModernBERT's: no pooler, a head on every token
-        return QuestionAnswerer(config, family.build_encoder(config, pooler=transform is None), transform)
+        # ModernBERT's: no pooler, a head on every token (built after the encoder: the same random draws as before)
+        backbone = family.build_encoder(config, pooler=family.token_head is None)
+        return QuestionAnswerer(config, backbone, family.token_transform(config))
 
     def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
         return finetuned_config(config, self, drop=("id2label", "problem_type"))

@@ -259,9 +259,9 @@ class TaggingTask(TaskKind):
         if self.tagger is not None:
             raise BertforgeError(f"--tagger {self.tagger} reads the states of a biLM: give an ELMo model "
                                  "(pretrain --objective elmo)")
-        transform = family.token_transform(config)  # ModernBERT's: no pooler, a head on every token
-        backbone = family.build_encoder(config, pooler=transform is None)
-        return (CRFTokenClassifier if self.crf else TokenClassifier)(config, backbone, transform)
+        # ModernBERT's: no pooler, a head on every token (built after the encoder: the same random draws as before)
+        backbone = family.build_encoder(config, pooler=family.token_head is None)
+        return (CRFTokenClassifier if self.crf else TokenClassifier)(config, backbone, family.token_transform(config))
 
     def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
