@@ -122,6 +122,23 @@ def _tiny_config(**kw) -> MarianConfig:
                               **kw})
 
 
+def test_a_decoding_steps_logits_equal_the_masked_ones_whatever_the_pad_row():
+    """Outside autograd the output skips the pad row's mask where that row is zero (every model
+    trained here): the logits must be those of the masked matrix, and stay so where it is not zero."""
+    torch.manual_seed(0)
+    model = Transformer(_tiny_config()).eval()
+    states = torch.randn(5, 16)
+    pad = model.config.pad_token_id
+    for row in (torch.zeros(16), torch.randn(16)):  # a trained model's zero row, then a foreign one
+        with torch.no_grad():
+            model.embeddings.weight[pad] = row
+            masked = torch.nn.functional.linear(states, model.embeddings.weight * model.keep_rows,
+                                                model.final_logits_bias)
+            assert torch.allclose(model.logits(states), masked, atol=1e-6, rtol=0)
+        assert torch.allclose(model.logits(states), masked, atol=1e-6, rtol=0)  # with gradients: the mask
+    assert masked[:, pad].abs().max() == 0  # the pad logit is the (zero) bias alone
+
+
 def _batch(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     source = torch.randint(1, 39, (3, 9), generator=g)

@@ -53,12 +53,18 @@ def fp32_kernel() -> str:
     return kernel if usable else "mkl"
 
 
+def tracing() -> bool:
+    """Whether the model is being compiled or exported (traced): only plain operators then, no
+    branch on a tensor's values."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear`, on oneDNN for an fp32 product on the CPU outside autograd, autocast and export
     (ONNX has no oneDNN operator) where `fp32_kernel` says so."""
     if (x.dtype == torch.float32 and weight.dtype == torch.float32 and x.device.type == "cpu"
             and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu") and fp32_kernel() == "onednn"
-            and not torch.compiler.is_compiling() and not torch.jit.is_tracing()):  # an export keeps F.linear
+            and not tracing()):  # an export keeps F.linear
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
