@@ -18,7 +18,8 @@ from .errors import BertforgeError
 from .checkpoint import read_family_and_config
 from .data.padding import in_length_order
 from .data.tokenizer import Tokenizer
-from .embedders import LAYER_CHOICES, POOLING, CoveEmbedder, ELMoEmbedder, check_layers, combine  # noqa: F401
+# the layer choices and the word-level embedders are embedders.py's, named here as they always were
+from .embedders import LAYER_CHOICES, CoveEmbedder, ELMoEmbedder, check_layers, combine  # noqa: F401
 from .families import Family, resolve
 from .load import load
 from .models.bert import token_types
@@ -26,6 +27,8 @@ from .paths import inside
 from .progress import progress as progress_bar
 from .quantize import for_inference
 from .training.allocator import reuse_freed_memory
+
+POOLING = ("mean", "cls", "tokens")
 
 
 class Embedder:

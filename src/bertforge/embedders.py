@@ -17,7 +17,6 @@ from .progress import progress as progress_bar
 from .quantize import for_inference
 
 LAYER_CHOICES = ("last", "sum-last-4", "concat-last-4", "all")
-POOLING = ("mean", "cls", "tokens")
 
 
 def check_layers(layers: str | int, states: int | None = None) -> str | None:
