@@ -128,10 +128,9 @@ class BertConfig(HFConfig):
         """Width of the embedding tables (and of the MLM decoder): `embedding_size` or the hidden size."""
         return self.embedding_size or self.hidden_size
 
-    # What task heads ask of a family (the same names on every config): a dense -> act -> LayerNorm
-    # head before token-level classifiers (ModernBERT's), segment ids (GPT-1 has no table), a bias
-    # on the sequence classifier's output layer (GPT-1's has none).
-    token_head = False
+    # What task heads ask of a family (the same names on every config): segment ids (GPT-1 has no
+    # table), a bias on the sequence classifier's output layer (GPT-1's has none). ModernBERT's head on
+    # every token is its record's (`Family.token_head`).
     token_types = True
     score_bias = True
 

@@ -123,7 +123,6 @@ class GPTConfig(HFConfig):
     positions = property(lambda self: "rotary" if self.model_type == "gpt_neox" else "absolute")
     # the dimensions of each head that rotary positions turn (HF's `rotary_ndims`); 0: a position table
     rotary_dims = property(lambda self: int(self.head_size * self.rotary_pct) if self.rotary_pct else 0)
-    token_head = False
     token_types = False  # no segment table (HF's convention would embed the zeros as token 0)
     score_bias = False  # HF's GPT sequence classifier projects without a bias
     # BERT's names for the same values, read by code shared by every family.

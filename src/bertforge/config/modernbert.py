@@ -124,7 +124,6 @@ class ModernBertConfig(HFConfig):
     # checks, the tokenizer check): ModernBERT has one token type and no factorised embeddings.
     word_size = property(lambda self: self.hidden_size)
     positions = "rotary"
-    token_head = True  # its task classes put its dense -> act -> LayerNorm head on every token first
     token_types = True
     score_bias = True
     embedding_size = None
