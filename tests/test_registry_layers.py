@@ -1,6 +1,6 @@
 """The family registry's floors: the code a family record names sits below the registry (no module
 it names imports `bertforge.families`, directly or through what it imports), and a load looks the
-family up once and hands the record down."""
+family up once, hands the record down and reads each file of the directory once."""
 
 import ast
 import dataclasses
@@ -117,3 +117,21 @@ def test_serving_a_model_looks_the_family_up_once(counted, name):
 
     Engine(str(FIXTURES / name))
     assert counted.scans == 1
+
+
+@pytest.mark.parametrize("name", ["bert-sst2", "elmo", "elmo-sst2"])
+def test_a_load_reads_each_file_of_the_directory_once(monkeypatch, name):
+    import builtins
+    import collections
+
+    from bertforge.load import load
+
+    opened, real_open = collections.Counter(), builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        opened[Path(file).name] += 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    load(str(FIXTURES / name))
+    assert opened["config.json"] == 1 and opened["words.json"] == (0 if name.startswith("bert") else 1), opened

@@ -63,8 +63,10 @@ def load(directory: str, device: str | torch.device = "cpu", model=None, use: st
         family.supports(use, directory)
     task = task_from_config(config, os.path.join(directory, "config.json")) if config.bertforge_task else None
     build = model or (partial(family.build_task_model, task) if task is not None else None)
-    net = read_model(directory, config, family, build, device, **options)
-    return Loaded(directory, config, family, net.eval(), load_tokenizer(directory, config, family), task)
+    tokenizer = load_tokenizer(directory, config, family)  # a word vocabulary is checked against config here
+    words_checked = family.vocab_kind == "words" and not family.tokenizer
+    net = read_model(directory, config, family, build, device, words_checked, **options)
+    return Loaded(directory, config, family, net.eval(), tokenizer, task)
 
 
 def load_finetuned(directory: str, device: str | torch.device = "cpu"):
@@ -76,8 +78,9 @@ def load_finetuned(directory: str, device: str | torch.device = "cpu"):
 
 
 def read_model(directory: str, config, family: Family, build=None, device: str | torch.device = "cpu",
-               **options) -> nn.Module:
-    """The weights of `directory` in the model `build(config)` makes, read in the family's format."""
+               words_checked: bool = False, **options) -> nn.Module:
+    """The weights of `directory` in the model `build(config)` makes, read in the family's format
+    (`words_checked`: its word vocabulary was read and checked already, by `load_tokenizer`)."""
     # bertforge's own layout: by default the model pretraining saved, or a translation family's encoder-decoder
     default = resolve(family.objectives[0].build) if family.native and family.objectives and not family.checkpoint \
         else None
@@ -91,7 +94,8 @@ def read_model(directory: str, config, family: Family, build=None, device: str |
                                  backbone=True)
     if family.native:
         build = build or default
-        return native.load_model(lambda c: build(c, **options), directory, device, config)
+        return native.load_model(lambda c: build(c, **options), directory, device, config,
+                                 words_checked=words_checked)
     return load_pretrained(directory, cls=build, device=device, config=config, family=family, **options)
 
 

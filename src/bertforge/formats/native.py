@@ -84,11 +84,12 @@ def check_words(directory: str, config):
     return vocab
 
 
-def load(model: nn.Module, directory: str, config) -> None:
+def load(model: nn.Module, directory: str, config, words_checked: bool = False) -> None:
     """Copy the weights written by `write` into `model`, naming every missing, unexpected or
     mis-shaped tensor. `config`: the directory's (`checkpoint.read_config`), whose vocabulary size
-    its words must have."""
-    check_words(directory, config)
+    its words must have (`words_checked`: the caller read and checked them already)."""
+    if not words_checked:
+        check_words(directory, config)
     path = os.path.join(directory, WEIGHTS)
     if not os.path.exists(path):
         raise BertforgeError(f"{path}: no such file")
@@ -137,7 +138,7 @@ def check_native(config, directory: str):
 
 
 def load_model(build, directory: str, device: str | torch.device = "cpu", config=None,
-               backbone: bool = False) -> nn.Module:
+               backbone: bool = False, words_checked: bool = False) -> nn.Module:
     """`build(config)` (a model class, or a task's builder) from the directory's config (`config`
     when already read), loaded with its weights; with `backbone`, the model is what the saved
     objective held at `.backbone` (a translation family's encoder-decoder), read on its own."""
@@ -146,5 +147,5 @@ def load_model(build, directory: str, device: str | torch.device = "cpu", config
     if backbone:
         load_encoder(model, directory, config, into=model)
     else:
-        load(model, directory, config)
+        load(model, directory, config, words_checked)
     return model.to(device)
