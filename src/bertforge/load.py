@@ -63,9 +63,12 @@ def load(directory: str, device: str | torch.device = "cpu", model=None, use: st
         family.supports(use, directory)
     task = task_from_config(config, os.path.join(directory, "config.json")) if config.bertforge_task else None
     build = model or (partial(family.build_task_model, task) if task is not None else None)
-    tokenizer = load_tokenizer(directory, config, family)  # a word vocabulary is checked against config here
-    words_checked = family.vocab_kind == "words" and not family.tokenizer
-    net = read_model(directory, config, family, build, device, words_checked, **options)
+    # A word vocabulary is read first, checked against the config as it is, and not again with the
+    # weights; any other tokenizer after the model, whose errors come first.
+    words = family.vocab_kind == "words" and not family.tokenizer
+    tokenizer = load_tokenizer(directory, config, family) if words else None
+    net = read_model(directory, config, family, build, device, words, **options)
+    tokenizer = load_tokenizer(directory, config, family) if tokenizer is None else tokenizer
     return Loaded(directory, config, family, net.eval(), tokenizer, task)
 
 
