@@ -156,7 +156,7 @@ def masked_lm_scores(model_dir: str, config, family, files, max_seq_length: int,
     shards = build_shards(files, tokenizer, cache_dir, layout, text_field, progress=False)
     if shards.num_documents < 2:
         sentence = None  # negatives come from another document: one alone can only score the MLM
-    model = load_pretrained(model_dir, cls=resolve(family.masked_lm), config=config, family=family,
+    model = load_pretrained(model_dir, cls=family.build_masked_lm, config=config, family=family,
                             sentence=sentence).eval()
     terms = ("mlm", sentence) if sentence else ("mlm",)
     data = PretrainingData(shards, tokenizer, batch_size, max_seq_length, short_seq_prob=0.0,

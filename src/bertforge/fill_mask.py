@@ -9,7 +9,7 @@ import torch
 from .checks import check, count
 from .errors import BertforgeError
 from .checkpoint import read_family_and_config
-from .families import family_of, resolve
+from .families import family_of
 from .hub import model_path
 from .load import load
 from .quantize import for_inference
@@ -25,11 +25,9 @@ class FillMask:
         if config is None:
             family, config = read_family_and_config(directory)
         family = family or family_of(config)
-        # the class of the family's masked-LM checkpoints (asked once `load` has checked the use)
-        masked_lm = lambda c, **options: resolve(family.masked_lm)(c, **options)  # noqa: E731
-        try:
-            loaded = load(directory, device, model=masked_lm, use="fill-mask", config=config, family=family,
-                          sentence=None)
+        try:  # the family's masked-LM class, built once `load` has checked the family has one
+            loaded = load(directory, device, model=family.build_masked_lm, use="fill-mask", config=config,
+                          family=family, sentence=None)
         except BertforgeError as e:
             if "missing weights: mlm." not in str(e):
                 raise

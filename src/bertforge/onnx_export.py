@@ -21,7 +21,7 @@ from torch import nn
 
 from .atomic import atomic_path, remove_leftovers
 from .errors import BertforgeError
-from .families import family_of, resolve
+from .families import family_of
 from .checkpoint import read_config
 from .formats.hf import has_masked_lm_head, load_pretrained
 from .load import load
@@ -64,7 +64,7 @@ def exportable(directory: str, config=None) -> tuple[Exportable, list[str], str]
     if has_masked_lm_head(config) and family.masked_lm:
         sentence = "nsp" if any(a.endswith("ForPreTraining") for a in config.architectures) else None
         # the weights alone: an ONNX file needs no tokenizer, and a directory without one exports
-        model = load_pretrained(directory, cls=resolve(family.masked_lm), config=config, family=family,
+        model = load_pretrained(directory, cls=family.build_masked_lm, config=config, family=family,
                                 sentence=sentence)
         names = ["logits"] + (["seq_relationship_logits"] if sentence else [])
         return Exportable(model, "pretraining").eval(), names, "pretraining"

@@ -178,6 +178,10 @@ class Family:
             return task.encoder_model(config, self)
         return resolve(self.task_model)(task, config)
 
+    def build_masked_lm(self, config, **options):
+        """The model of the family's masked-LM checkpoints (`masked_lm`), e.g. with `sentence="nsp"`."""
+        return resolve(self.masked_lm)(config, **options)
+
     def token_transform(self, config):
         """The transform the family's token-level task classes put on every token, or None."""
         return resolve(self.token_head)(config) if self.token_head else None

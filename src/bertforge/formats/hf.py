@@ -80,38 +80,42 @@ def hf_class(model_type: str, architecture: str) -> str:
     return layout_of(model_type).hf_class(model_type, architecture)
 
 
-def encoder_key_map(config, architecture: str = "", pooler: bool = True, layout: HFLayout | None = None,
-                    family: Family | None = None) -> list[tuple[str, str]]:
+def encoder_key_map(config, architecture: str = "", pooler: bool = True, family: Family | None = None
+                    ) -> list[tuple[str, str]]:
     """Every (ours, HF) name pair of the encoder `config` describes, fused projections excepted.
-    `layout`, `family`: the family's layout and record, when the caller has them (see `layout_of`)."""
+    `family`: its record, when the caller has it."""
+    family = family or family_of(config)
+
     def names(with_pooler: bool) -> list[str]:  # our encoder's parameter names, for layouts that rename
         with torch.device("meta"):  # names only: no memory, no initialisation
-            return list((family or family_of(config)).build_encoder(config, pooler=with_pooler).state_dict())
+            return list(family.build_encoder(config, pooler=with_pooler).state_dict())
 
-    return (layout or layout_of(config, family)).encoder_keys(config, architecture, pooler, names)
+    return layout_of(config, family).encoder_keys(config, architecture, pooler, names)
 
 
 def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
     """Our encoder's state dict -> HF names (pooler-less classes drop the pooler)."""
     pooler = "pooler.dense.weight" in state
-    layout = layout_of(config)
+    family = family_of(config)
+    layout = layout_of(config, family)
     out = {theirs: layout.convert(theirs, state[ours], config, to_hf=True)
-           for ours, theirs in encoder_key_map(config, architecture, pooler, layout)}
+           for ours, theirs in encoder_key_map(config, architecture, pooler, family)}
     for ours, names in layout.fused(config):
         out.update(zip(names, state[ours].chunk(3, dim=0)))
     return out
 
 
 def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, architecture: str = "",
-                    pooler: bool = True, layout: HFLayout | None = None, family: Family | None = None
-                    ) -> tuple[dict, set]:
-    """HF names -> our encoder's state dict, and the HF keys that were used.
+                    pooler: bool = True, family: Family | None = None) -> tuple[dict, set]:
+    """HF names -> our encoder's state dict, and the HF keys that were used (`family`: the
+    config's record, when the caller has it).
 
     Keys the encoder needs but `tensors` lacks are simply absent from the result; the caller
     reports them, since only it knows which file they should have been in.
     """
-    state, used, layout = {}, set(), layout or layout_of(config, family)
-    for ours, theirs in encoder_key_map(config, architecture, pooler, layout, family):
+    family = family or family_of(config)
+    state, used, layout = {}, set(), layout_of(config, family)
+    for ours, theirs in encoder_key_map(config, architecture, pooler, family):
         if theirs in tensors:
             state[ours] = layout.convert(theirs, tensors[theirs], config, to_hf=False)
             used.add(theirs)
@@ -214,7 +218,8 @@ def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu"
     family = family or family_of(config)
     model = family.build_encoder(config, **options) if cls is None else cls(config, **options)
     for sub, part in parts(model).items():
-        load_into(part, _join(directory, sub), new_heads, *((config, family) if not sub else ()))
+        # a part in a sub-directory (ELECTRA's generator) has a config of its own there
+        load_into(part, _join(directory, sub), new_heads, None if sub else config, None if sub else family)
     return model.to(device)
 
 
@@ -230,7 +235,7 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     tensors, source = read_weights(directory, config.model_type, layout)
     _check_tokenizer(directory, config)
     body, architecture = encoder_of(model)
-    state, used = encoder_from_hf(tensors, config, architecture, body.pooler is not None, layout, family)
+    state, used = encoder_from_hf(tensors, config, architecture, body.pooler is not None, family)
     allowed_missing = {f"pooler.{layer}.{kind}" for layer in ("dense", "norm") for kind in ("weight", "bias")}
     fresh = set()  # new task heads: expected to be missing, so no warning
     if body is not model:
