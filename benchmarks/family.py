@@ -116,8 +116,8 @@ def main() -> None:
             if name == "random-init":  # the baseline: the same encoder, randomly initialised, never pretrained
                 model = os.path.join(run_dir, "model")
                 subprocess.run(python + [
-                    "import torch; from bertforge import Tokenizer, save_pretrained; from bertforge.config import preset;"
-                    f"from bertforge.models.bert import Bert; torch.manual_seed({seed});"
+                    "import torch; from bertforge import Tokenizer, save_pretrained; from bertforge.families.bert.config import preset;"
+                    f"from bertforge.families.bert.model import Bert; torch.manual_seed({seed});"
                     f"t = Tokenizer.from_pretrained({tokenizer!r});"
                     f"save_pretrained(Bert(preset({args.preset!r}, vocab_size=t.vocab_size)), {model!r}, t)"], check=True)
             else:

@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from bertforge import Bert, BertConfig, load_pretrained, save_pretrained
-from bertforge.models.objectives import BertPretraining
+from bertforge.families.bert.objectives import BertPretraining
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from conftest import random_batch, tiny_config  # noqa: E402

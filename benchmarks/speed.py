@@ -73,7 +73,7 @@ def ours_autocast():
 def matmul_peak() -> dict:
     """Best GFLOP/s of square matrix products in bf16 and fp32 (the machine's practical peak): in fp32
     the better of `a @ b` (MKL) and oneDNN's product, both in PyTorch (on an AMD processor with
-    AVX-512, MKL runs its AVX2 code at half oneDNN's speed: see src/bertforge/models/linear.py)."""
+    AVX-512, MKL runs its AVX2 code at half oneDNN's speed: see src/bertforge/nn/linear.py)."""
     import torch
 
     def onednn(a, b):
@@ -140,7 +140,7 @@ def pretrain_step(impl: str, preset_name: str, device: str = "cpu", batch_size: 
     model FLOPs of a step. On a GPU both sides run under bf16 autocast (their best there)."""
     import torch
 
-    from bertforge.config import preset
+    from bertforge.families.bert.config import preset
 
     torch.manual_seed(0)
     config = preset(preset_name, vocab_size=VOCAB, max_position_embeddings=max(512, length))
@@ -167,7 +167,7 @@ def pretrain_step(impl: str, preset_name: str, device: str = "cpu", batch_size: 
 
     if impl == "ours":
         from bertforge.data.batches import make_batch
-        from bertforge.models.objectives import BertPretraining
+        from bertforge.families.bert.objectives import BertPretraining
         from bertforge.training.allocator import reuse_freed_memory
         from bertforge.training.optim import make_optimizer
 
@@ -204,7 +204,7 @@ def gpt_step(impl: str, preset_name: str):
     model FLOPs."""
     import torch
 
-    from bertforge.config import gpt_preset
+    from bertforge.families.gpt.config import gpt_preset
 
     torch.manual_seed(0)
     config = gpt_preset(preset_name, vocab_size=GPT_VOCAB, n_positions=LENGTH)
@@ -212,7 +212,7 @@ def gpt_step(impl: str, preset_name: str):
     mask = torch.ones_like(ids)
     if impl == "ours":
         from bertforge.data.batches import next_token_batch
-        from bertforge.models.objectives import CausalLMPretraining
+        from bertforge.families.gpt.objectives import CausalLMPretraining
         from bertforge.training.allocator import reuse_freed_memory
         from bertforge.training.optim import make_optimizer
 
@@ -352,8 +352,8 @@ def save_random_gpt(directory: str) -> None:
     import torch
 
     from bertforge import save_pretrained
-    from bertforge.config import gpt_preset
-    from bertforge.models.objectives import CausalLMPretraining
+    from bertforge.families.gpt.config import gpt_preset
+    from bertforge.families.gpt.objectives import CausalLMPretraining
 
     torch.manual_seed(0)
     save_pretrained(CausalLMPretraining(gpt_preset("gpt-1", vocab_size=GPT_VOCAB)), directory)
@@ -369,8 +369,8 @@ def generate_child(impl: str, directory: str) -> dict:
     torch.set_grad_enabled(False)
     if impl.startswith("ours"):
         from bertforge import load_pretrained
-        from bertforge.models.gpt import Cache
-        from bertforge.models.objectives import CausalLMPretraining
+        from bertforge.families.gpt.model import Cache
+        from bertforge.families.gpt.objectives import CausalLMPretraining
 
         model = load_pretrained(directory, cls=CausalLMPretraining).eval()
         use_cache = impl == "ours-cache"

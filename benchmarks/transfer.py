@@ -80,7 +80,7 @@ def main() -> None:
     if not os.path.exists(os.path.join(baseline, "config.json")):
         subprocess.run([sys.executable, "-c",
             "import torch; from bertforge import Tokenizer, save_pretrained; from bertforge.formats.hf import read_config;"
-            "from bertforge.models.bert import Bert; torch.manual_seed(0);"
+            "from bertforge.families.bert.model import Bert; torch.manual_seed(0);"
             f"m = {os.path.join(pretrained, 'model')!r};"
             f"save_pretrained(Bert(read_config(m)), {baseline!r}, Tokenizer.from_pretrained(m))"], check=True)
 

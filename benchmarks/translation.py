@@ -292,7 +292,7 @@ def quality_peer(settings: dict) -> dict:
 
 def quality(args, size: dict) -> dict:
     """Ours, then (unless --no-peer) the peer, each in its own process, one after the other."""
-    from bertforge.config.marian import PRESETS
+    from bertforge.families.marian.config import PRESETS
     from bertforge.families import translation_archs
 
     if os.path.exists(os.path.join(args.out, "ours")):
@@ -379,7 +379,7 @@ def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, 
     batches = real_batches(model_dir, pair_arg(pair), warm + timed)
     if impl == "ours":
         from bertforge.load import load
-        from bertforge.models.translation import TranslationObjective
+        from bertforge.families.marian.model import TranslationObjective
         from bertforge.training.allocator import reuse_freed_memory
         from bertforge.training.optim import make_optimizer
 

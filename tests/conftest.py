@@ -217,8 +217,8 @@ def models(tmp_path_factory):
     """A masked LM, an encoder, and one fine-tuned model per task family, all tiny (a few steps of
     training): the service and export tests' models."""
     from bertforge.finetune import finetune
-    from bertforge.models.bert import Bert
-    from bertforge.models.objectives import BertPretraining
+    from bertforge.families.bert.model import Bert
+    from bertforge.families.bert.objectives import BertPretraining
     from bertforge.tasks import make_task
     from bertforge.training.trainer import TrainOptions
 

@@ -13,11 +13,11 @@ import torch
 
 h5py = pytest.importorskip("h5py", reason="AllenNLP's format needs h5py (pip install 'bertforge[allennlp]')")
 
-from bertforge.config import elmo_preset  # noqa: E402
+from bertforge.families.elmo.config import elmo_preset  # noqa: E402
 from bertforge.data.words import SPECIALS, WordVocab, word_characters  # noqa: E402
 from bertforge.formats import native  # noqa: E402
 from bertforge.formats.allennlp import config_of, expected_shapes  # noqa: E402
-from bertforge.models.elmo import ELMoLanguageModel  # noqa: E402
+from bertforge.families.elmo.model import ELMoLanguageModel  # noqa: E402
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a"]
 SENTENCE = ["<S>", "the", "cat", "sat", "on", "the", "mat", "</S>"]
@@ -247,8 +247,8 @@ def test_bad_files_get_one_line_naming_the_file(tmp_path):
 
 
 def test_export_refuses_what_is_not_an_elmo(tmp_path):
-    from bertforge.config import awd_lstm_preset
-    from bertforge.models.awd_lstm import AWDLSTMLanguageModel
+    from bertforge.families.awd_lstm.config import awd_lstm_preset
+    from bertforge.families.awd_lstm.model import AWDLSTMLanguageModel
 
     (tmp_path / "awd").mkdir()
     native.write(AWDLSTMLanguageModel(awd_lstm_preset("awd-lstm-tiny", vocab_size=20)), str(tmp_path / "awd"))

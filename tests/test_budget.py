@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_config
 
 from bertforge.data.batches import Position, make_batch
-from bertforge.models.objectives import BertPretraining
+from bertforge.families.bert.objectives import BertPretraining
 from bertforge.training.budget import Pace, due
 from bertforge.training.trainer import TrainOptions, train
 

@@ -9,7 +9,7 @@ from conftest import tiny_config, word_tokenizer
 from bertforge import BertforgeError, save_pretrained
 from bertforge.finetune import evaluate, finetune
 from bertforge.load import load_finetuned
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 from bertforge.tasks import make_task
 from bertforge.training.trainer import TrainOptions
 

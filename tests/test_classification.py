@@ -14,7 +14,7 @@ from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretraine
 from bertforge.cli import main
 from bertforge.finetune import evaluate, finetune, predict
 from bertforge.load import load_finetuned
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 from bertforge.families import encoder
 from bertforge.tasks import make_task
 from bertforge.tasks.classification import SequenceClassifier

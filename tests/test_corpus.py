@@ -297,7 +297,7 @@ def test_the_run_says_what_it_holds_out(tmp_path):
     import torch
     from conftest import tiny_config
 
-    from bertforge.models.objectives import BertPretraining
+    from bertforge.families.bert.objectives import BertPretraining
     from bertforge.training.trainer import TrainOptions, header
 
     model, options = BertPretraining(tiny_config()), TrainOptions(out=str(tmp_path), steps=4)

@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 from bertforge import load
-from bertforge.config.cove import PRESETS, CoveConfig
+from bertforge.families.cove.config import PRESETS, CoveConfig
 from bertforge.data.cove_vocab import describe_coverage
 from bertforge.errors import BertforgeError
 from bertforge.formats.cove import read_encoder, released_keys, write_encoder
 from bertforge.formats.word_vectors import write_vectors
-from bertforge.models.cove import CoveTranslator
+from bertforge.families.cove.model import CoveTranslator
 from bertforge.train_translation import train_translation
 from bertforge.translate import DecodeOptions, translate
 from test_translation import WORDS, _write_task
@@ -266,8 +266,8 @@ def test_fine_tuning_reads_each_sentence_through_the_mt_lstm_once():
     """The frozen MT-LSTM gives a sentence the same states every epoch: once fine-tuning asks, each
     sentence is read once, in any company and padding, with the states a direct read gives; past the
     byte budget sentences are read again rather than kept."""
-    from bertforge.models.cove_features import BiattentiveClassifier
-    from bertforge.models.frozen_outputs import FrozenOutputs
+    from bertforge.families.cove.features import BiattentiveClassifier
+    from bertforge.nn.frozen_outputs import FrozenOutputs
 
     torch.manual_seed(0)
     config = CoveConfig(**PRESETS["cove-tiny"], source_vocab_size=20, vocab_size=30, word_dim=8, id2label={0: "no", 1: "yes"})
@@ -306,7 +306,7 @@ def test_the_bcn_reads_sentence_pairs(copy_run, tmp_path):
     import json
 
     from bertforge.load import load_finetuned
-    from bertforge.models.cove_features import split_pair
+    from bertforge.families.cove.features import split_pair
 
     out, _, _ = copy_run
     rng = np.random.default_rng(1)

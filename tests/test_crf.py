@@ -15,8 +15,8 @@ from bertforge.cli import main
 from bertforge.finetune import evaluate
 from bertforge.load import load_finetuned
 from bertforge.formats.hf import EXTRA_FILE, load_pretrained
-from bertforge.models.bert import Bert
-from bertforge.models.crf import CRF
+from bertforge.families.bert.model import Bert
+from bertforge.nn.crf import CRF
 
 
 def random_crf(tags: int, seed: int) -> CRF:

@@ -11,12 +11,13 @@ import torch
 from conftest import write_corpus
 from test_recurrent import weights
 
-from bertforge.config import elmo_preset
+from bertforge.families.elmo.config import elmo_preset
 from bertforge.data.words import word_characters
-from bertforge.embed import ELMoEmbedder, Embedder
-from bertforge.models.elmo import ELMo
-from bertforge.models.lstm import ProjectedLSTM
-from bertforge.models.objectives import BiLMPretraining
+from bertforge.embed import Embedder
+from bertforge.families.elmo.embedder import ELMoEmbedder
+from bertforge.families.elmo.model import ELMo
+from bertforge.nn.lstm import ProjectedLSTM
+from bertforge.families.elmo.objectives import BiLMPretraining
 from bertforge.pretrain_recurrent import default_options, pretrain_recurrent
 
 
@@ -272,7 +273,7 @@ def test_taglm_tags_with_and_without_the_lm_states(tmp_path):
 
 
 def test_the_frozen_bilm_runs_once_per_sentence_and_its_kept_layers_are_its_own():
-    from bertforge.models.elmo_features import ELMoClassifier
+    from bertforge.families.elmo.features import ELMoClassifier
 
     torch.manual_seed(0)
     config = elmo_preset("elmo-tiny", vocab_size=20, id2label={0: "a", 1: "b"}, label2id={"a": 0, "b": 1})

@@ -10,8 +10,8 @@ from conftest import tiny_config
 from bertforge import Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.embed import combine, embed
-from bertforge.models.bert import Bert
-from bertforge.models.scalar_mix import ScalarMix
+from bertforge.families.bert.model import Bert
+from bertforge.nn.scalar_mix import ScalarMix
 
 TEXTS = ["the cat sat on the mat", "a dog", "the mat sat on a cat dog"]
 

@@ -14,8 +14,8 @@ from conftest import random_batch, tiny_config, write_cycles
 from bertforge import BertforgeError, save_pretrained
 from bertforge.cli import main
 from bertforge.evaluate_lm import evaluate_lm
-from bertforge.models.bert import Bert
-from bertforge.models.objectives import BertPretraining
+from bertforge.families.bert.model import Bert
+from bertforge.families.bert.objectives import BertPretraining
 from bertforge.pretrain import pretrain
 from bertforge.pretrain_recurrent import default_options, pretrain_recurrent
 from bertforge.training.optim import make_optimizer

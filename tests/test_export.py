@@ -55,8 +55,8 @@ def test_export_through_the_command_line_and_bad_names(models, tmp_path, capsys)
     assert not list(tmp_path.glob("*.tmp-*"))  # nothing half-written left behind
     with pytest.raises(BertforgeError, match="GPT-1"):
         from bertforge import Tokenizer, save_pretrained
-        from bertforge.config import gpt_preset
-        from bertforge.models.gpt import GPT
+        from bertforge.families.gpt.config import gpt_preset
+        from bertforge.families.gpt.model import GPT
 
         tokenizer = Tokenizer.train(texts=["a b c d"], vocab_size=40, min_frequency=1)
         save_pretrained(GPT(gpt_preset("bert-tiny", vocab_size=tokenizer.vocab_size, n_positions=16)),

@@ -16,9 +16,9 @@ from bertforge.data.batches import make_batch
 from bertforge.data.masking import IGNORE
 from bertforge.load import load_finetuned
 from bertforge.formats.hf import hf_class, to_hf
-from bertforge.models.heads import SpanBoundaryHead
-from bertforge.models.bert import Bert
-from bertforge.models.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
+from bertforge.nn.heads import SpanBoundaryHead
+from bertforge.families.bert.model import Bert
+from bertforge.families.bert.objectives import BertPretraining, ElectraPretraining, generator_config, replaced_tokens
 from bertforge.families import objective as objective_record
 from bertforge.tasks.classification import SequenceClassifier
 from bertforge.training.run_log import read_metrics
@@ -291,7 +291,7 @@ def test_electra_evaluation_is_repeatable_and_leaves_training_randomness_alone(t
     from contextlib import nullcontext
 
     from bertforge import Tokenizer
-    from bertforge.config import preset
+    from bertforge.families.bert.config import preset
     from bertforge.data.batches import PretrainingData
     from bertforge.data.shards import build_shards
     from bertforge.pretrain import masking_options

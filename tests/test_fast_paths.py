@@ -12,7 +12,8 @@ from conftest import write_corpus
 from bertforge import Tokenizer
 from bertforge.data.shards import encode_sentences, word_local
 from bertforge.losses import vocab_loss
-from bertforge.models.bert import attention, dropout, dropout_mask
+from bertforge.nn.attention import attention
+from bertforge.nn.layers import dropout, dropout_mask
 
 
 def test_dropout_masks_keep_the_right_share_independently():

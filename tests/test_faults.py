@@ -31,7 +31,7 @@ from bertforge.cli import build_parser, main
 from bertforge.data.corpus import corpus_sentences
 from bertforge.checkpoint import read_config
 from bertforge.formats.hf import read_weights
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 from bertforge.tasks import make_task
 from bertforge.tasks.common import read_records
 from bertforge.tasks.tagging import TaggingTask

@@ -16,12 +16,12 @@ from conftest import files_of, tiny_config
 
 from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.cli import main
-from bertforge.config import elmo_preset
+from bertforge.families.elmo.config import elmo_preset
 from bertforge.data.words import SPECIALS, WordVocab
 from bertforge.formats import native
 from bertforge.formats.hf import read_weights
-from bertforge.models.bert import Bert
-from bertforge.models.elmo import ELMoLanguageModel
+from bertforge.families.bert.model import Bert
+from bertforge.families.elmo.model import ELMoLanguageModel
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "src")
 WORDS = ["the", "cat", "sat", "on", "mat", "a"]

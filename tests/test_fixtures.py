@@ -62,7 +62,7 @@ def awd_lstm_logits(directory, text):
     """An AWD-LSTM language model's word ids for `text` and its next-word logits (B=1, T, V)."""
     from bertforge.data.words import WordVocab
     from bertforge.formats import native
-    from bertforge.models.awd_lstm import AWDLSTMLanguageModel
+    from bertforge.families.awd_lstm.model import AWDLSTMLanguageModel
 
     vocab = WordVocab.from_pretrained(directory)
     model = native.load_model(AWDLSTMLanguageModel, directory).eval()

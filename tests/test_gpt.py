@@ -9,13 +9,13 @@ from conftest import GPT_ORDERS, random_batch, randomise, write_corpus
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
-from bertforge.config import GPTConfig, gpt_preset
+from bertforge.families.gpt.config import GPTConfig, gpt_preset
 from bertforge.checkpoint import read_config
 from bertforge.data.batches import next_token_batch
 from bertforge.formats.hf import to_hf
 from bertforge.generate import Generator, check_options, filtered
-from bertforge.models.gpt import GPT, Cache
-from bertforge.models.objectives import CausalLMPretraining
+from bertforge.families.gpt.model import GPT, Cache
+from bertforge.families.gpt.objectives import CausalLMPretraining
 from bertforge.training.run_log import read_metrics
 
 transformers = pytest.importorskip("transformers")

@@ -12,11 +12,11 @@ from conftest import GPT_CLASSES, GPT_ORDERS, word_tokenizer
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
-from bertforge.config import GPTConfig
+from bertforge.families.gpt.config import GPTConfig
 from bertforge.finetune import add_transform_tokens, evaluate, finetune, predict
 from bertforge.load import load_finetuned
 from bertforge.losses import next_token_loss
-from bertforge.models.objectives import CausalLMPretraining
+from bertforge.families.gpt.objectives import CausalLMPretraining
 from bertforge.tasks import make_task
 from bertforge.families import encoder
 from bertforge.tasks.choice import ChoiceScorer
@@ -299,7 +299,7 @@ def test_pretrain_finetune_predict_through_the_command_line(tmp_path, capsys):
 def test_the_auxiliary_lm_is_refused_for_an_encoder(tmp_path):
     from conftest import tiny_config
 
-    from bertforge.models.bert import Bert
+    from bertforge.families.bert.model import Bert
 
     tokenizer = Tokenizer.train(texts=POSITIVE * 2, vocab_size=60, min_frequency=1)
     save_pretrained(Bert(tiny_config(vocab_size=tokenizer.vocab_size)), str(tmp_path / "bert"), tokenizer)

@@ -11,13 +11,13 @@ from conftest import CYCLE, random_batch, word_tokenizer, write_cycles
 
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
-from bertforge.config import GPTConfig
-from bertforge.config.gpt import pretraining_config
+from bertforge.families.gpt.config import GPTConfig
+from bertforge.families.gpt.config import pretraining_config
 from bertforge.checkpoint import read_config
 from bertforge.families import objective as find_objective
 from bertforge.generate import Generator
-from bertforge.models.gpt import GPT
-from bertforge.models.objectives import CausalLMPretraining
+from bertforge.families.gpt.model import GPT
+from bertforge.families.gpt.objectives import CausalLMPretraining
 from bertforge.recipe import pretraining_recipe
 from bertforge.training.optim import make_optimizer
 from bertforge.training.run_log import read_metrics

@@ -14,7 +14,7 @@ from conftest import tiny_config, word_tokenizer
 from bertforge import BertforgeError, save_pretrained
 from bertforge.cli import main
 from bertforge.data.hub_datasets import HubDataset, parse, resolve
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 
 datasets = pytest.importorskip("datasets", reason="the datasets extra is not installed (pip install "
                                "'bertforge[datasets]')")

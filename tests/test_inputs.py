@@ -121,7 +121,7 @@ def base_model(tmp_path_factory):
     from conftest import tiny_config
 
     from bertforge import Tokenizer, save_pretrained
-    from bertforge.models.bert import Bert
+    from bertforge.families.bert.model import Bert
 
     directory = tmp_path_factory.mktemp("base")
     tokenizer = Tokenizer.train(texts=[r["sentence"] for r in CLASSIFICATION] * 3, vocab_size=60, min_frequency=1)

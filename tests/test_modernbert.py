@@ -8,10 +8,10 @@ import torch
 from conftest import copy_task_accuracy, random_batch, randomise
 
 from bertforge import BertforgeError, load_pretrained, save_pretrained
-from bertforge.config import ModernBertConfig, modernbert_preset
+from bertforge.families.modernbert.config import ModernBertConfig, modernbert_preset
 from bertforge.checkpoint import read_config
-from bertforge.models.modernbert import ModernBert
-from bertforge.models.objectives import ModernBertPretraining
+from bertforge.families.modernbert.model import ModernBert
+from bertforge.families.modernbert.objectives import ModernBertPretraining
 from bertforge.tasks.choice import ChoiceScorer
 from bertforge.tasks.classification import SequenceClassifier
 from bertforge.families import family_of

@@ -30,7 +30,7 @@ def test_an_old_native_checkpoint_is_written_back_byte_for_byte(name, tmp_path):
 
 
 def test_a_task_starts_from_an_old_language_models_encoder():
-    from bertforge.models.awd_lstm import AWDLSTMLanguageModel
+    from bertforge.families.awd_lstm.model import AWDLSTMLanguageModel
     from bertforge.tasks import make_task
 
     directory = os.path.join(FIXTURES, "awd-lstm")

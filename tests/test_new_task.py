@@ -18,7 +18,7 @@ from test_new_family import doc_module
 from bertforge import BertforgeError
 from bertforge.cli import main
 from bertforge.formats.hf import save_pretrained
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 from bertforge.tasks import register, unregister
 
 transformers = pytest.importorskip("transformers")

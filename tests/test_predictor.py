@@ -36,11 +36,11 @@ def test_answers_equal_the_predict_command(models, tmp_path, monkeypatch):
 
 
 def test_a_ulmfit_classifier_predicts_in_memory(tmp_path, monkeypatch):
-    from bertforge.config import awd_lstm_preset
+    from bertforge.families.awd_lstm.config import awd_lstm_preset
     from bertforge.data.words import WordVocab
     from bertforge.finetune import finetune
     from bertforge.formats import native
-    from bertforge.models.awd_lstm import AWDLSTMLanguageModel
+    from bertforge.families.awd_lstm.model import AWDLSTMLanguageModel
     from bertforge.training.trainer import TrainOptions
 
     vocab = WordVocab.train(TEXTS, min_freq=1, rules=True)

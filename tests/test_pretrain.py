@@ -14,7 +14,7 @@ from conftest import random_batch, tiny_config, word_tokenizer, write_corpus
 from bertforge import BertforgeError, Tokenizer, load_pretrained, save_pretrained
 from bertforge.cli import main
 from bertforge.errors import TrainingStopped
-from bertforge.models.objectives import BertPretraining
+from bertforge.families.bert.objectives import BertPretraining
 from bertforge.pretrain import pretrain
 from bertforge.training.run_log import read_metrics
 from bertforge.training.trainer import TrainOptions

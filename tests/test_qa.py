@@ -11,7 +11,7 @@ from bertforge import BertforgeError, Tokenizer, save_pretrained
 from bertforge.finetune import evaluate, finetune, predict
 from bertforge.load import load_finetuned
 from bertforge.checkpoint import read_config
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 from bertforge.tasks import make_task
 from bertforge.training.trainer import TrainOptions
 

@@ -1,5 +1,5 @@
 """Inference precisions: int8 (every linear layer quantized, outputs near fp32's, and the commands that
-offer it) and fp32's choice of kernel for its products (models/linear.py)."""
+offer it) and fp32's choice of kernel for its products (nn/linear.py)."""
 
 import json
 
@@ -11,8 +11,8 @@ from conftest import tiny_config
 from bertforge import Embedder, Predictor
 from bertforge.cli import main
 from bertforge.errors import BertforgeError
-from bertforge.models import linear as fp32_linear
-from bertforge.models.bert import Bert
+from bertforge.nn import linear as fp32_linear
+from bertforge.families.bert.model import Bert
 from bertforge.quantize import Int8Linear, for_inference, quantize_int8
 
 SENTENCES = ["a gripping, funny and moving film", "the plot makes no sense at all", "it is what it is",

@@ -8,8 +8,8 @@ from conftest import write_corpus
 
 from bertforge import BertforgeError
 from bertforge.pretrain import pretrain
-from bertforge.config import default_preset
-from bertforge.config import preset
+from bertforge.config.sizes import default_preset
+from bertforge.families.bert.config import preset
 from bertforge.recipe import pretraining_plan, pretraining_recipe, vocabulary_size
 from bertforge.training.optim import finetuning_lr
 from bertforge.training.budget import replan

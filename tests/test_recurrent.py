@@ -12,15 +12,15 @@ import torch
 from conftest import write_corpus
 
 from bertforge.checkpoint import read_config
-from bertforge.config import awd_lstm_preset
+from bertforge.families.awd_lstm.config import awd_lstm_preset
 from bertforge.data.batches import Position
 from bertforge.data.streams import LMStreams, chunk_length
 from bertforge.data.words import SPECIALS, WordVocab, apply_rules
 from bertforge.errors import BertforgeError
 from bertforge.formats import native
-from bertforge.models.heads import concat_pool
-from bertforge.models.lstm import LockedDropout, WeightDropLSTM, embedding_dropout
-from bertforge.models.objectives import RecurrentLMPretraining
+from bertforge.nn.heads import concat_pool
+from bertforge.nn.lstm import LockedDropout, WeightDropLSTM, embedding_dropout
+from bertforge.families.awd_lstm.objectives import RecurrentLMPretraining
 from bertforge.pretrain_recurrent import default_options, match_vocabulary, pretrain_recurrent
 
 

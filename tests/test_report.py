@@ -17,7 +17,7 @@ from bertforge.cli import main
 from bertforge.data.words import WordVocab
 from bertforge.load import load_finetuned
 from bertforge.metrics import format_score, format_scores
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 from bertforge.progress import progress
 from bertforge.tasks import make_task
 

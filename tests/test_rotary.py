@@ -8,8 +8,8 @@ import torch
 from conftest import assert_same_attentions, copy_task_accuracy, random_batch, randomise, tiny_config
 
 from bertforge import load_pretrained, save_pretrained
-from bertforge.models.bert import rotary_tables, rotate
-from bertforge.models.objectives import BertPretraining
+from bertforge.nn.rotary import rotary_tables, rotate
+from bertforge.families.bert.objectives import BertPretraining
 from bertforge.families import encoder
 from bertforge.tasks.classification import SequenceClassifier
 

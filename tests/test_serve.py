@@ -199,9 +199,9 @@ def test_one_failing_request_does_not_fail_the_others():
 
 
 def test_a_gpt_model_is_refused_with_a_clear_error(tmp_path):
-    from bertforge.config import gpt_preset
+    from bertforge.families.gpt.config import gpt_preset
     from bertforge.errors import BertforgeError
-    from bertforge.models.gpt import GPT
+    from bertforge.families.gpt.model import GPT
 
     tokenizer = Tokenizer.train(texts=TEXTS, vocab_size=60, min_frequency=1)
     save_pretrained(GPT(gpt_preset("bert-tiny", vocab_size=tokenizer.vocab_size, n_positions=32)), str(tmp_path),

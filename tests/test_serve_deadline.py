@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import serving
 
-from bertforge.config.marian import MarianConfig
-from bertforge.models.translation import Transformer
+from bertforge.families.marian.config import MarianConfig
+from bertforge.families.marian.model import Transformer
 from bertforge.translate import DecodeOptions, Stopped, decode
 
 pytest.importorskip("starlette")

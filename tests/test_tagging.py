@@ -14,7 +14,7 @@ from bertforge.data.masking import IGNORE
 from bertforge.finetune import evaluate, finetune, predict
 from bertforge.load import load_finetuned
 from bertforge.metrics import entities
-from bertforge.models.bert import Bert
+from bertforge.families.bert.model import Bert
 from bertforge.tasks import make_task
 from bertforge.tasks.tagging import convert
 from bertforge.training.trainer import TrainOptions

@@ -14,7 +14,7 @@ from conftest import write_corpus
 from bertforge import BertforgeError
 from bertforge.cli import main
 from bertforge.errors import TrainingStopped
-from bertforge.models.objectives import BertPretraining
+from bertforge.families.bert.objectives import BertPretraining
 from bertforge.pretrain import pretrain
 from bertforge.training import budget, distributed, nonfinite, trainer
 from bertforge.training.run_log import read_metrics

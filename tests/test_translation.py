@@ -17,9 +17,9 @@ import torch
 
 from bertforge import load
 from bertforge.cli import main
-from bertforge.config.marian import MarianConfig
+from bertforge.families.marian.config import MarianConfig
 from bertforge.formats.hf import write_parts
-from bertforge.models.translation import Transformer, TranslationObjective, sinusoids
+from bertforge.families.marian.model import Transformer, TranslationObjective, sinusoids
 from bertforge.train_translation import last_stretch, train_translation
 from bertforge.translate import DecodeOptions, decode, translate
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from bertforge.models.bert import Bert, Packed
+from bertforge.families.bert.model import Bert
+from bertforge.nn.attention import Packed
 
 
 @pytest.mark.parametrize("model_type", ["bert", "roformer", "albert", "roberta"])

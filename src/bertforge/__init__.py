@@ -10,7 +10,7 @@ import types
 
 # name -> the submodule that defines it
 _EXPORTS = {
-    "PRESETS": "config", "BertConfig": "config", "preset": "config",
+    "PRESETS": "config.sizes", "BertConfig": "families.bert.config", "preset": "families.bert.config",
     "Embedder": "embed", "embed": "embed",
     "BertforgeError": "errors",
     "FillMask": "fill_mask",
@@ -18,7 +18,7 @@ _EXPORTS = {
     "load_pretrained": "formats.hf", "save_pretrained": "formats.hf",
     "Generator": "generate",
     "Loaded": "load", "load": "load",
-    "Bert": "models.bert", "EncoderOutput": "models.bert",
+    "Bert": "families.bert.model", "EncoderOutput": "nn.layers",
     "Predictor": "predictor",
     "pretrain": "pretrain",
     "pretrain_recurrent": "pretrain_recurrent",

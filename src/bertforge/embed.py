@@ -18,11 +18,11 @@ from .errors import BertforgeError
 from .checkpoint import read_family_and_config
 from .data.padding import in_length_order
 from .data.tokenizer import Tokenizer
-# the layer choices and the word-level embedders are embedders.py's, named here as they always were
-from .embedders import LAYER_CHOICES, CoveEmbedder, ELMoEmbedder, check_layers, combine  # noqa: F401
+# the layer choices are every embedder's, named here as they always were
+from .nn.layer_choice import LAYER_CHOICES, check_layers, combine  # noqa: F401
 from .families import Family, resolve
 from .load import load
-from .models.bert import token_types
+from .nn.layers import token_types
 from .paths import inside
 from .progress import progress as progress_bar
 from .quantize import for_inference
@@ -50,7 +50,7 @@ class Embedder:
 
     @classmethod
     def from_pretrained(cls, directory: str, device: str | torch.device = "cpu",
-                        precision: str = "fp32") -> "Embedder | ELMoEmbedder":
+                        precision: str = "fp32") -> "Embedder":
         """The encoder of any HF BERT-family directory (heads are left out), or an ELMo biLM's.
         `precision`: fp32; bf16 (the matrix products in bf16: about 1.7x faster on a CPU with
         AVX512-BF16 or a recent GPU; vectors then differ from fp32 ones by ~1e-2 at most); int8

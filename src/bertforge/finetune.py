@@ -14,7 +14,7 @@ import torch
 from .atomic import atomic_file
 from .checkpoint import label_names_of, read_config
 from .checks import check_options
-from .config.cove import FEATURES
+from .families.cove.config import FEATURES
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .formats import native

@@ -11,8 +11,8 @@ import torch
 from .checks import POSITIVE, check
 from .errors import BertforgeError
 from .load import load
-from .models.gpt import Cache
-from .models.objectives import CausalLMPretraining
+from .families.gpt.model import Cache
+from .families.gpt.objectives import CausalLMPretraining
 from .quantize import for_inference
 
 

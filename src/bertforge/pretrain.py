@@ -20,7 +20,7 @@ from .data.shards import build_shards, shard_key
 from .errors import BertforgeError
 from .checkpoint import read_config
 from .formats.hf import head_keys, load_into, parts, read_weights
-from .models.bert import Dropout
+from .nn.layers import Dropout
 from .paths import check_apart
 from .families import FAMILIES, Family, Objective, resolve
 from .families import objective as find_objective

@@ -21,7 +21,8 @@ import torch
 
 from .checkpoint import read_config
 from .checks import check
-from .config import AWDLSTMConfig, awd_lstm_preset, elmo_preset
+from .families.awd_lstm.config import AWDLSTMConfig, awd_lstm_preset
+from .families.elmo.config import elmo_preset
 from .data.held_out import check_resumable
 from .data.corpus import FileReport, find_files, read_units, split_sentences
 from .data.streams import LMStreams, read_documents
@@ -31,7 +32,8 @@ from .families import objective as find_objective
 from .families import resolve
 from .families.base import Optimisation
 from .formats import native
-from .models.objectives import BiLMPretraining, RecurrentLMPretraining
+from .families.awd_lstm.objectives import RecurrentLMPretraining
+from .families.elmo.objectives import BiLMPretraining
 from .paths import check_apart
 from .training.checkpoints import check_same_settings, latest_checkpoint
 from .training.distributed import distributed_setup

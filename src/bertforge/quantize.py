@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .errors import BertforgeError
-from .models.linear import InferenceLinear, for_fp32_inference
+from .nn.linear import InferenceLinear, for_fp32_inference
 
 PRECISIONS = ("fp32", "bf16", "int8")  # what the inference commands offer
 
@@ -64,7 +64,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
 def for_inference(model: nn.Module, precision: str):
     """Get `model` ready to run in `precision` (fp32, bf16 or int8): int8 quantizes it here, once, and
-    fp32 on a CPU takes the faster of its products' kernels (`models.linear`); returns the context
+    fp32 on a CPU takes the faster of its products' kernels (`nn.linear`); returns the context
     its forward passes run in (bf16's autocast, else nothing)."""
     if precision not in PRECISIONS:
         raise BertforgeError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")

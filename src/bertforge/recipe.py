@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .config import default_preset
+from .config.sizes import default_preset
 from .errors import BertforgeError
 from .families import objective as objective_record
 from .plan import DEFAULT, GIVEN, Plan

@@ -5,7 +5,7 @@ each evaluation, and the last checkpoints averaged into the model at the end.
 
 The defaults are the paper's recipe (Vaswani et al., 2017, section 5): Adam with betas (0.9, 0.98)
 and eps 1e-9, the inverse-square-root schedule after a linear warm-up, label smoothing 0.1,
-dropout 0.1, batches of about 4,096 tokens; the size is the "multi30k" preset (config/marian.py).
+dropout 0.1, batches of about 4,096 tokens; the size is the "multi30k" preset (families/marian/config.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .errors import BertforgeError
 from .families import family_of, resolve, translation_archs
 from .formats.word_vectors import read_vectors
 from .hub import model_path
-from .models.translation import TranslationObjective
+from .families.marian.model import TranslationObjective
 from .paths import check_apart, fingerprint
 from .replay import run_arguments
 from .scoring import corpus_scores

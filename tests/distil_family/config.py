@@ -24,7 +24,7 @@ class DistilConfig(HFConfig):
     model_type: str = "distilbert"
     architectures: list = field(default_factory=lambda: ["DistilBertModel"])
 
-    # what the shared blocks (models.bert.Layer, heads) and the generic code read
+    # what the shared blocks (families.bert.model.Layer, nn.heads) and the generic code read
     hidden_size = property(lambda self: self.dim)
     num_hidden_layers = property(lambda self: self.n_layers)
     num_attention_heads = property(lambda self: self.n_heads)

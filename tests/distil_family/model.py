@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 from bertforge.losses import vocab_loss
-from bertforge.models.bert import Dropout, EncoderOutput, Layer, init_weights
-from bertforge.models.heads import MLMHead
+from bertforge.families.bert.model import Layer
+from bertforge.nn.layers import Dropout, EncoderOutput, init_weights
+from bertforge.nn.heads import MLMHead
 
 
 class Embeddings(nn.Module):

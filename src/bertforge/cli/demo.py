@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config import PRESETS
+from ..config.sizes import PRESETS
 from .common import HelpFormatter, renamed
 
 

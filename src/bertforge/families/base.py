@@ -24,7 +24,7 @@ NEEDS = {"fill-mask": "masked-LM head", "generate": "left-to-right language mode
 
 
 def resolve(path: str | Callable) -> Any:
-    """The attribute a dotted path names ("bertforge.models.objectives:masked_lm"); a family defined
+    """The attribute a dotted path names ("bertforge.families.bert.objectives:masked_lm"); a family defined
     outside the library may give the callable itself."""
     if not isinstance(path, str):
         return path

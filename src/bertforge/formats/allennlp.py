@@ -26,7 +26,7 @@ import os
 import numpy as np
 import torch
 
-from ..config import ELMoConfig
+from ..families.elmo.config import ELMoConfig
 from ..errors import BertforgeError
 from ..paths import check_apart
 
@@ -212,7 +212,7 @@ def export_allennlp(model_dir: str, out: str) -> dict:
     from ..atomic import atomic_directory, check_space, remove_leftovers
     from ..checkpoint import read_config
     from ..data.words import WordVocab
-    from ..models.elmo import ELMoLanguageModel
+    from ..families.elmo.model import ELMoLanguageModel
     from . import native
 
     check_apart(out, model_dir)
@@ -261,7 +261,7 @@ def import_allennlp(options_path: str, weights_path: str, out: str, vocab_path: 
     from ..atomic import atomic_directory, remove_leftovers
     from ..config.base import _read_json
     from ..data.words import SPECIALS, WordVocab
-    from ..models.elmo import ELMoLanguageModel
+    from ..families.elmo.model import ELMoLanguageModel
     from . import native
     from .tensors import check_finite, load_state
 

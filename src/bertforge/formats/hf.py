@@ -19,7 +19,7 @@ from torch import nn
 
 from ..atomic import atomic_directory
 from ..checkpoint import read_config
-from ..config import BertConfig, ModernBertConfig
+from ..config import HFConfig
 from ..config.base import _read_json
 from ..errors import BertforgeError
 from ..families import Family, family_of, resolve
@@ -93,7 +93,7 @@ def encoder_key_map(config, architecture: str = "", pooler: bool = True, family:
     return layout_of(config, family).encoder_keys(config, architecture, pooler, names)
 
 
-def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architecture: str = "") -> dict:
+def encoder_to_hf(state: dict[str, torch.Tensor], config: HFConfig, architecture: str = "") -> dict:
     """Our encoder's state dict -> HF names (pooler-less classes drop the pooler)."""
     pooler = "pooler.dense.weight" in state
     family = family_of(config)
@@ -105,7 +105,7 @@ def encoder_to_hf(state: dict[str, torch.Tensor], config: BertConfig, architectu
     return out
 
 
-def encoder_from_hf(tensors: dict[str, torch.Tensor], config: BertConfig, architecture: str = "",
+def encoder_from_hf(tensors: dict[str, torch.Tensor], config: HFConfig, architecture: str = "",
                     pooler: bool = True, family: Family | None = None) -> tuple[dict, set]:
     """HF names -> our encoder's state dict, and the HF keys that were used (`family`: the
     config's record, when the caller has it).
@@ -223,7 +223,7 @@ def load_pretrained(directory: str, cls=None, device: str | torch.device = "cpu"
     return model.to(device)
 
 
-def load_into(model: nn.Module, directory: str, new_heads: bool = False, config: BertConfig | None = None,
+def load_into(model: nn.Module, directory: str, new_heads: bool = False, config: HFConfig | None = None,
               family: Family | None = None, heads: bool = True) -> None:
     """Copy the weights of an HF checkpoint directory into an existing `model` (see `load_pretrained`).
     With `heads=False` only the encoder is read: a new task starts with a fresh head even when the
@@ -259,7 +259,7 @@ def load_into(model: nn.Module, directory: str, new_heads: bool = False, config:
     load_state(model, state, source, unexpected, allowed_missing | fresh | elsewhere, quiet=fresh | elsewhere)
 
 
-def _check_tokenizer(directory: str, config: BertConfig) -> None:
+def _check_tokenizer(directory: str, config: HFConfig) -> None:
     """A tokenizer whose ids run past the embedding matrix would fail later, deep in a forward pass."""
     vocab_txt = os.path.join(directory, "vocab.txt")
     if not os.path.exists(vocab_txt):
@@ -327,13 +327,13 @@ def _join(directory: str, sub: str) -> str:
     return os.path.join(directory, sub) if sub else directory
 
 
-def check_vocab_fits(tokenizer, config: BertConfig) -> None:
+def check_vocab_fits(tokenizer, config: HFConfig) -> None:
     if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
         raise BertforgeError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
                              f"vocab_size={config.vocab_size}")
 
 
-def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: BertConfig, tokenizer=None) -> None:
+def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: HFConfig, tokenizer=None) -> None:
     """Write HF-named `tensors`, `config` and the tokenizer into an existing directory. Weights of
     heads only we have go to their own file, so that `model.safetensors` is exactly what the HF
     class expects."""
@@ -349,7 +349,7 @@ def write_pretrained(directory: str, tensors: dict[str, torch.Tensor], config: B
         tokenizer.save_pretrained(directory)
 
 
-def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], BertConfig | ModernBertConfig]:
+def to_hf(model: nn.Module) -> tuple[dict[str, torch.Tensor], HFConfig]:
     """The HF-named tensors and config of `model` (see `save_pretrained`)."""
     body, architecture = encoder_of(model)
     if body is model:

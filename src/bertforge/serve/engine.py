@@ -26,7 +26,7 @@ from ..formats.hf import has_masked_lm_head
 from ..load import load
 from ..predictor import answers
 from ..quantize import for_inference
-from ..tasks.common import token_types
+from ..nn.layers import token_types
 from .limits import Cost
 from .translation import Translator
 

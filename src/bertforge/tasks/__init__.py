@@ -4,7 +4,7 @@ registration; `make_task` and `task_from_config` look a task up there and nowher
 
 from __future__ import annotations
 
-from ..config import BertConfig
+from ..config import HFConfig
 from ..errors import BertforgeError
 from .choice import MultipleChoiceTask
 from .classification import GLUE, ClassificationTask
@@ -45,7 +45,7 @@ def make_task(name: str, **options):
                          f"({', '.join(kinds)})")
 
 
-def task_from_config(config: BertConfig, source: str):
+def task_from_config(config: HFConfig, source: str):
     """The task a fine-tuned model was trained for, as saved in its config."""
     saved = config.bertforge_task
     if not saved:

@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import BertConfig
+from ..config import HFConfig
 from ..families import family_of
 from ..errors import BertforgeError
-from ..models.heads import ClassifierHead
+from ..nn.heads import ClassifierHead
 from ..metrics import accuracy
-from ..models.bert import init_weights
+from ..nn.layers import init_weights
 from .common import auxiliary_lm, finetuned_config, inference_batches, pad, place, read_records, token_types
 from .common import field as column_of
 from .kind import TaskKind
@@ -117,10 +117,10 @@ class MultipleChoiceTask(TaskKind):
             batch["counts"] = {self.term: len(features)}
         return batch
 
-    def encoder_model(self, config: BertConfig, family) -> "ChoiceScorer":
+    def encoder_model(self, config: HFConfig, family) -> "ChoiceScorer":
         return ChoiceScorer(config, family.build_encoder(config))
 
-    def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
+    def configure(self, config: HFConfig, names, classifier_dropout) -> HFConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
         if family_of(config).one_choice_label:  # HF's multiple-choice head projects to num_labels: one score
             extra["id2label"] = {0: "LABEL_0"}
@@ -156,7 +156,7 @@ class ChoiceScorer(nn.Module):
 
     architecture = "BertForMultipleChoice"
 
-    def __init__(self, config: BertConfig, backbone: nn.Module):
+    def __init__(self, config: HFConfig, backbone: nn.Module):
         super().__init__()
         self.backbone = backbone
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..config import BertConfig
+from ..config import HFConfig
 from ..errors import BertforgeError
 from ..losses import classification_losses
 from ..metrics import accuracy, f1_binary, matthews_corrcoef, pearson, spearman
-from ..models.bert import init_weights
-from ..models.heads import ClassifierHead
-from ..models.scalar_mix import ScalarMix
+from ..nn.layers import init_weights
+from ..nn.heads import ClassifierHead
+from ..nn.scalar_mix import ScalarMix
 from .common import (auxiliary_lm, encoder_inputs, finetuned_config, inference_batches, place,
                      read_records, token_types)
 from .common import field as column_of
@@ -175,10 +175,10 @@ class ClassificationTask(TaskKind):
 
     # ---- model, prediction, scores -----------------------------------------------------------
 
-    def encoder_model(self, config: BertConfig, family) -> "SequenceClassifier":
+    def encoder_model(self, config: HFConfig, family) -> "SequenceClassifier":
         return SequenceClassifier(config, family.build_encoder(config))
 
-    def configure(self, config: BertConfig, names: list[str] | None, classifier_dropout: float | None) -> BertConfig:
+    def configure(self, config: HFConfig, names: list[str] | None, classifier_dropout: float | None) -> HFConfig:
         """The config of the fine-tuned model: HF's label keys plus how to read inputs."""
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
         return finetuned_config(config, self, id2label=dict(enumerate(names)) if names else {0: "score"},
@@ -258,7 +258,7 @@ class SequenceClassifier(nn.Module):
 
     architecture = "BertForSequenceClassification"
 
-    def __init__(self, config: BertConfig, backbone: nn.Module):
+    def __init__(self, config: HFConfig, backbone: nn.Module):
         super().__init__()
         self.backbone = backbone
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob

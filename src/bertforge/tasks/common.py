@@ -18,7 +18,7 @@ from ..data.padding import in_length_order
 from ..data.corpus import json_object
 from ..errors import BertforgeError
 from ..losses import next_token_loss
-from ..models.bert import token_types
+from ..nn.layers import token_types  # a task's model reads it from here (docs/architecture.md's task kind too)
 from ..paths import why_missing
 
 csv.field_size_limit(sys.maxsize)

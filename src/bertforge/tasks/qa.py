@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import BertConfig
+from ..config import HFConfig
 from ..errors import BertforgeError
-from ..models.heads import ClassifierHead
+from ..nn.heads import ClassifierHead
 from ..metrics import best_null_threshold, squad_scores
-from ..models.bert import init_weights
+from ..nn.layers import init_weights
 from .common import (
     auxiliary_lm,
     encoder_inputs,
@@ -228,12 +228,12 @@ class QuestionAnsweringTask(TaskKind):
             batch["counts"] = {self.term: len(features)}
         return batch
 
-    def encoder_model(self, config: BertConfig, family) -> "QuestionAnswerer":
+    def encoder_model(self, config: HFConfig, family) -> "QuestionAnswerer":
         # ModernBERT's: no pooler, a head on every token (built after the encoder: the same random draws as before)
         backbone = family.build_encoder(config, pooler=family.token_head is None)
         return QuestionAnswerer(config, backbone, family.token_transform(config))
 
-    def configure(self, config: BertConfig, names, classifier_dropout) -> BertConfig:
+    def configure(self, config: HFConfig, names, classifier_dropout) -> HFConfig:
         return finetuned_config(config, self, drop=("id2label", "problem_type"))
 
     # ---- answers -------------------------------------------------------------------------------
@@ -349,7 +349,7 @@ class QuestionAnswerer(nn.Module):
 
     architecture = "BertForQuestionAnswering"
 
-    def __init__(self, config: BertConfig, backbone: nn.Module, transform: nn.Module | None = None):
+    def __init__(self, config: HFConfig, backbone: nn.Module, transform: nn.Module | None = None):
         super().__init__()
         # ModernBERT's QA class puts its dense -> act -> LayerNorm head (`transform`) on every token first.
         modern = transform is not None

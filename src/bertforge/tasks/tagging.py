@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config import BertConfig
+from ..config import HFConfig
 from ..data.masking import IGNORE
 from ..errors import BertforgeError
 from ..losses import tagging_losses
-from ..models.heads import ClassifierHead
+from ..nn.heads import ClassifierHead
 from ..metrics import entities, entity_scores
-from ..models.bert import init_weights
-from ..models.crf import CRF
+from ..nn.layers import init_weights
+from ..nn.crf import CRF
 from .common import (
     auxiliary_lm,
     encoder_inputs,
@@ -255,7 +255,7 @@ class TaggingTask(TaskKind):
         """The gold tag ids of each sentence's words that have a piece, in order (the CRF's paths)."""
         return [[f["labels"][f["first_piece"][w]] for w in sorted(f["first_piece"])] for f in features]
 
-    def encoder_model(self, config: BertConfig, family) -> "TokenClassifier":
+    def encoder_model(self, config: HFConfig, family) -> "TokenClassifier":
         if self.tagger is not None:
             raise BertforgeError(f"--tagger {self.tagger} reads the states of a biLM: give an ELMo model "
                                  "(pretrain --objective elmo)")
@@ -263,7 +263,7 @@ class TaggingTask(TaskKind):
         backbone = family.build_encoder(config, pooler=family.token_head is None)
         return (CRFTokenClassifier if self.crf else TokenClassifier)(config, backbone, family.token_transform(config))
 
-    def configure(self, config: BertConfig, names: list[str], classifier_dropout: float | None) -> BertConfig:
+    def configure(self, config: HFConfig, names: list[str], classifier_dropout: float | None) -> HFConfig:
         extra = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
         config = finetuned_config(config, self, drop=("problem_type",), id2label=dict(enumerate(names)), **extra)
         if not self.crf:  # the saved task of a model without a CRF stays as it was before the option
@@ -368,7 +368,7 @@ class TokenClassifier(nn.Module):
 
     architecture = "BertForTokenClassification"
 
-    def __init__(self, config: BertConfig, backbone: nn.Module, transform: nn.Module | None = None):
+    def __init__(self, config: HFConfig, backbone: nn.Module, transform: nn.Module | None = None):
         super().__init__()
         # ModernBERT's token classes put its dense -> act -> LayerNorm head (`transform`) on every token first.
         self.backbone, self.transform = backbone, transform
@@ -400,7 +400,7 @@ class CRFTokenClassifier(TokenClassifier):
     by Viterbi. Saved as `BertForTokenClassification` (which `transformers` loads, without the CRF)
     with the CRF's weights in bertforge's heads file."""
 
-    def __init__(self, config: BertConfig, backbone: nn.Module, transform: nn.Module | None = None):
+    def __init__(self, config: HFConfig, backbone: nn.Module, transform: nn.Module | None = None):
         super().__init__(config, backbone, transform)
         self.crf = CRF(config.num_labels)
 

@@ -2,10 +2,11 @@
 (BERT with rotary positions). The variants are flags on one `BertConfig` (positions, factorised
 embeddings, shared layers), not families of their own."""
 
-from ...config.bert import MODEL_TYPES, PRESETS, BertConfig
+from ...config.sizes import PRESETS
+from .config import MODEL_TYPES, BertConfig
 from ..base import Family, Objective
 
-MASKED = "bertforge.models.objectives:masked_lm"
+MASKED = "bertforge.families.bert.objectives:masked_lm"
 
 OBJECTIVES = (
     # BERT: masked LM + next-sentence prediction on sentence pairs.
@@ -25,16 +26,16 @@ OBJECTIVES = (
     # ELECTRA: a 1/4-width generator fills the masks, the discriminator spots replaced tokens. The
     # generator's input: [MASK] at 85% of the chosen positions, the rest left unchanged and no
     # random tokens (its pretrain_helpers.mask); the discriminator sees samples at all of them.
-    Objective("electra", "electra", ("mlm", "rtd"), "bertforge.models.objectives:electra",
+    Objective("electra", "electra", ("mlm", "rtd"), "bertforge.families.bert.objectives:electra",
               masking={"replace_prob": 0.85, "random_prob": 0.0}, generator=True),
 )
 
 FAMILY = Family(
     name="bert", hf="bertforge.families.bert.hf:LAYOUT",
     model_types=MODEL_TYPES, config=BertConfig, presets=PRESETS, objectives=OBJECTIVES,
-    encoder="bertforge.models.bert:Bert",
-    finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.bert:pretraining_config",
+    encoder="bertforge.families.bert.model:Bert",
+    finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.families.bert.config:pretraining_config",
     describe="BERT-family",
     uses=("embed", "fill-mask", "evaluate-lm", "serve", "attention", "onnx"), lm="masked",
-    masked_lm="bertforge.models.objectives:BertPretraining",
+    masked_lm="bertforge.families.bert.objectives:BertPretraining",
 )

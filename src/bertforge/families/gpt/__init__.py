@@ -2,8 +2,8 @@
 GPT-2's (a flag: `layer_norm`), with learned or rotary positions (`positions`, GPT-NeoX's), fine-tuned
 through its input transforms."""
 
-from ...config.bert import PRESETS
-from ...config.gpt import GPT_TYPES, GPTConfig
+from ...config.sizes import PRESETS
+from .config import GPT_TYPES, GPTConfig
 from ..base import Family, Objective
 
 FAMILY = Family(
@@ -15,12 +15,12 @@ FAMILY = Family(
     # order, saved as GPT-NeoX) are the small-budget default, as they are for BERT: 3 minutes on
     # five novels give an unseen novel perplexity 200 against 238 with the learned table
     # (benchmarks/gpt_positions.py; docs/gpt.md "Rotary positions for GPT").
-    objectives=(Objective("gpt", "openai-gpt", ("lm",), "bertforge.models.objectives:causal_lm", masks=False,
+    objectives=(Objective("gpt", "openai-gpt", ("lm",), "bertforge.families.gpt.objectives:causal_lm", masks=False,
                           mask_prob=0.0, schedule="one-cycle", layer_norm="pre", continues=GPT_TYPES,
                           positions=("absolute", "rotary"), rotary=True,
                           paper={"lr": 2.5e-4, "mask_prob": 0.0, "schedule": "one-cycle"}),),
-    encoder="bertforge.models.gpt:GPT",
-    finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.config.gpt:pretraining_config",
+    encoder="bertforge.families.gpt.model:GPT",
+    finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.families.gpt.config:pretraining_config",
     describe="GPT-1", vocab_kind="bpe", layer_norms=("post", "pre"),
     uses=("embed", "generate", "evaluate-lm"), lm="causal", input_transforms=True,
 )

@@ -16,7 +16,7 @@ RENAMES = [
     ("layers.{}.ffn_in.", "layers.{}.mlp.Wi."),
     ("layers.{}.ffn_out.", "layers.{}.mlp.Wo."),
     ("final_norm.", "final_norm."),
-    ("pooler.", "head."),  # the task classes' dense -> act -> LayerNorm over [CLS] (see models.modernbert)
+    ("pooler.", "head."),  # the task classes' dense -> act -> LayerNorm over [CLS] (see families/modernbert/model.py)
 ]
 
 

@@ -1,0 +1,83 @@
+"""Scaled dot-product attention on every device: the CPU's faster paths, the padded and the
+unpadded (packed) batch."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from .layers import dropout
+
+
+def attention_probs(q, k, mask) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask): how much each query attends to each key, (B, N, T, T)."""
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, N, T, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(-1)
+
+
+def attention(q, k, v, mask, dropout_p: float):
+    """softmax(q k^T / sqrt(D) + mask) v, written out. On a CPU this beats SDPA's kernels in bf16
+    and whenever there is attention dropout (which sends SDPA to its slow reference path): forward
+    + backward of a bert-mini layer's attention in bf16 takes 18 ms against SDPA's 43."""
+    return dropout(attention_probs(q, k, mask), dropout_p, dropout_p > 0) @ v  # (B, N, T, D)
+
+
+def attend(q, k, v, mask, dropout_p: float, causal: bool = False) -> torch.Tensor:
+    """Attention (B, N, T, D) by the fastest path: written out on a CPU in bf16, with dropout, or
+    over at most 64 keys (see `attention`), else SDPA. SDPA's CPU kernel costs more than the products
+    themselves on short sequences: 1.27 against 0.34 ms at 12 tokens (32 x 12 heads x 32), 3.4
+    against 2.3 at 48, even at 96. `mask` is boolean (True: may attend) or None; with `causal` and
+    no mask each query sees itself and the keys before it (GPT-1)."""
+    if q.device.type == "cpu" and (dropout_p > 0 or q.dtype == torch.bfloat16 or k.shape[-2] <= 64):
+        if mask is None and causal:
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        return attention(q, k, v, mask, dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          is_causal=causal and mask is None)
+
+
+class Packed(NamedTuple):
+    """Where the real tokens of a padded (B, T) batch are, for the unpadded path: `index` (N',) their
+    flat positions in B * T, `offsets` (B + 1,) int32 where each row's tokens start in the packed
+    (N', ...) tensors, `mask` (B, 1, 1, T) for attention on the padded fallback, and B and T."""
+    index: torch.Tensor
+    offsets: torch.Tensor
+    mask: torch.Tensor
+    batch: int
+    length: int
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> "Packed":
+        """From the (B, 1, 1, T) boolean attention mask."""
+        B, T = mask.shape[0], mask.shape[-1]
+        real = mask.view(B, T)
+        offsets = F.pad(real.sum(1).cumsum(0), (1, 0)).to(torch.int32)
+        index = real.reshape(-1).nonzero().squeeze(1)  # the one host sync of the unpadded path
+        return cls(index, offsets, mask, B, T)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...): the real tokens only."""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the padding."""
+        full = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy(0, self.index, x)
+        return full.view(self.batch, self.length, *x.shape[1:])
+
+
+def varlen_attention(q, k, v, packed: Packed, dropout_p: float) -> torch.Tensor | None:
+    """Attention over packed (N, heads, D) queries, keys and values with FlashAttention's
+    variable-length kernel (CUDA, bf16/fp16, no dropout), so that nothing is computed on padding;
+    None where that kernel cannot run."""
+    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16) or dropout_p > 0:
+        return None
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    # T bounds the longest row: reading the true longest would cost another host sync
+    return varlen_attn(q, k, v, packed.offsets, packed.offsets, packed.length, packed.length)

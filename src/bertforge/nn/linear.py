@@ -1,0 +1,86 @@
+"""fp32 linear layers for inference on the kernel that is fastest for this CPU.
+
+PyTorch runs an fp32 `F.linear` on a CPU through MKL's sgemm. MKL chooses its code by the
+processor's vendor: on an AMD processor with AVX-512 it runs its AVX2 code, at half the speed of
+oneDNN's AVX-512 kernels, which PyTorch also ships (on a 2-core AMD EPYC with AVX512-BF16, the
+products of a MiniLM layer and of a translation decoder step: 190-200 against 375-430 GFLOP/s; the
+fp32 peers, ONNX Runtime and CTranslate2, have their own AVX-512 kernels). On Intel processors
+oneDNN was no faster, so MKL stays there. Only inference takes this path (no gradient, no
+autocast): training keeps PyTorch's own kernels and their backward. The two differ by the order of
+their sums, about 1e-6 relative in fp32. `BERTFORGE_FP32_LINEAR=onednn` or `mkl` decides instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import BertforgeError
+
+CHOICES = ("onednn", "mkl")
+
+
+def choose_kernel(vendor: str, capability: str, setting: str | None) -> str:
+    """"onednn" or "mkl" for fp32 inference: the setting if given, else oneDNN on an AMD processor
+    with AVX-512 (`capability` as `torch.backends.cpu.get_cpu_capability()` names it)."""
+    if setting:
+        if setting not in CHOICES:
+            raise BertforgeError(f"BERTFORGE_FP32_LINEAR must be one of {', '.join(CHOICES)}, got {setting!r}")
+        return setting
+    return "onednn" if vendor == "AuthenticAMD" and capability.startswith("AVX512") else "mkl"
+
+
+def _vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:  # not Linux: MKL, as PyTorch does
+        pass
+    return ""
+
+
+@functools.cache
+def fp32_kernel() -> str:
+    """The kernel of this process's fp32 inference products, chosen once."""
+    usable = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    kernel = choose_kernel(_vendor(), torch.backends.cpu.get_cpu_capability(), os.environ.get("BERTFORGE_FP32_LINEAR"))
+    return kernel if usable else "mkl"
+
+
+def tracing() -> bool:
+    """Whether the model is being compiled or exported (traced): only plain operators then, no
+    branch on a tensor's values."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear`, on oneDNN for an fp32 product on the CPU outside autograd, autocast and export
+    (ONNX has no oneDNN operator) where `fp32_kernel` says so."""
+    if (x.dtype == torch.float32 and weight.dtype == torch.float32 and x.device.type == "cpu"
+            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu") and fp32_kernel() == "onednn"
+            and not tracing()):  # an export keeps F.linear
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+class InferenceLinear(nn.Linear):
+    """`nn.Linear` (the same parameters and state) whose product is `linear`'s."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+def for_fp32_inference(model: nn.Module) -> nn.Module:
+    """Each plain `nn.Linear` of `model` made an `InferenceLinear` in place (its parameters, their
+    names and the state dict unchanged), where `fp32_kernel` is oneDNN."""
+    if fp32_kernel() == "onednn":
+        for module in model.modules():
+            if type(module) is nn.Linear:
+                module.__class__ = InferenceLinear
+    return model
