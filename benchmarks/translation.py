@@ -308,6 +308,8 @@ def quality(args, size: dict) -> dict:
                     preset="cove-tiny" if args.quick else "cove", save_every=250)
     if args.dropout is not None:
         ours["overrides"] = {"dropout": args.dropout}
+    if args.schedule != "inverse-sqrt":
+        ours["schedule"] = args.schedule
     if args.quick:
         ours.update(bleu_sentences=50, warmup=100)
     lr, warmup = translation_archs()["transformer"].schedule
@@ -654,6 +656,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours' model: the Transformer, or CoVe's LSTM (with --word-vectors and --no-peer)")
     q.add_argument("--word-vectors", help="--arch lstm: the fixed source word vectors (bertforge word-vectors)")
     q.add_argument("--dropout", type=float, help="ours' dropout (default: the preset's)")
+    q.add_argument("--schedule", choices=["inverse-sqrt", "linear", "cosine"], default="inverse-sqrt",
+                   help="ours' rate after the warm-up (train-translation --schedule)")
     s = commands.add_parser("speed", help="training steps and decoding, ours against transformers and CTranslate2")
     s.add_argument("--model", help="the weights to decode with (default: trained here first, --train-minutes)")
     s.add_argument("--train-minutes", type=float, default=5.0, help="how long to train them when no --model")

@@ -15,12 +15,13 @@ import sys
 import pytest
 import torch
 
-from bertforge import load
+from bertforge import BertforgeError, load
 from bertforge.cli import main
 from bertforge.families.marian.config import MarianConfig
 from bertforge.formats.hf import write_parts
 from bertforge.families.marian.model import Transformer, TranslationObjective, sinusoids
 from bertforge.train_translation import last_stretch, train_translation
+from bertforge.training.optim import lr_at
 from bertforge.translate import DecodeOptions, decode, translate
 
 WORDS = "red blue green black white dog cat bird fish horse runs jumps".split()
@@ -345,6 +346,32 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["embeddings.weight"], load(str(tmp_path / "parts" / "checkpoints" / "step-0000006")
                                                         ).model.state_dict()["embeddings.weight"])
+
+
+def test_the_schedule_after_warm_up_is_chosen_and_kept_on_resume(tmp_path):
+    """--schedule linear decays to 0 at the run's end where the paper's inverse square root does not; the
+    rates logged are lr_at's for each schedule, and a resume with another schedule is refused."""
+    data = tmp_path / "data"
+    data.mkdir()
+    train = _write_task(data, "train", 300, True, seed=5)
+    valid = _write_task(data, "valid", 10, True, seed=6)
+    common = dict(preset="mt-tiny", vocab_size=120, batch_tokens=300, lr=3e-3, warmup=4, eval_every=6,
+                  bleu_sentences=4, average=1, precision="fp32", progress=False)
+    logged = {}
+    for schedule in ("inverse-sqrt", "linear"):
+        out = tmp_path / schedule
+        train_translation("src", "tgt", train, valid, str(out), steps=12, schedule=schedule, **common)
+        with open(out / "metrics.jsonl", encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f]
+        logged[schedule] = {r["step"]: r["lr"] for r in rows if r.get("lr") is not None}
+        # the rate of the step that ended at the logged step
+        assert logged[schedule] == {s: pytest.approx(lr_at(s - 1, 12, 4, 3e-3, schedule)) for s in logged[schedule]}
+        with open(out / "run_config.json", encoding="utf-8") as f:
+            assert json.load(f).get("schedule") == (None if schedule == "inverse-sqrt" else schedule)
+    assert logged["linear"][12] < 0.4 * logged["inverse-sqrt"][12]
+    with pytest.raises(BertforgeError, match="schedule"):
+        train_translation("src", "tgt", train, valid, str(tmp_path / "linear"), steps=14, schedule="cosine",
+                          resume=True, **common)
 
 
 def test_the_pad_row_stays_zero_through_training(reverse_run):

@@ -56,7 +56,8 @@ def train_translation(source_lang: str, target_lang: str, train: str, dev: str, 
                       min_vector_coverage: float = 0.5, preset: str | None = None,
                       vocab_size: int = 8000, vocab_kind: str = "bpe", batch_tokens: int = 4096,
                       max_seq_length: int = 256, steps: int | None = None, max_minutes: float | None = None,
-                      lr: float | None = None, warmup: float | None = None, label_smoothing: float = 0.1,
+                      lr: float | None = None, warmup: float | None = None, schedule: str = "inverse-sqrt",
+                      label_smoothing: float = 0.1,
                       dropout: float | None = None, eval_every: int = 500, bleu_sentences: int = 500,
                       average: int = 5, pre_ln: bool = False, untie_output: bool = False, precision: str = "auto",
                       seed: int = 0, resume: bool = False, report_to: list[str] | None = None,
@@ -70,7 +71,8 @@ def train_translation(source_lang: str, target_lang: str, train: str, dev: str, 
     "transformer" (the paper's, one joint sub-word vocabulary), "lstm" (CoVe's attentional LSTM over
     the fixed `word_vectors`, a GloVe or word2vec file; sub-words on the target side only), or a
     registered translation family's (`families.translation_archs`). `warmup`: steps,
-    or a fraction (< 1) of `steps`. `average`: the model written to `out/model` is the mean of the
+    or a fraction (< 1) of `steps`. `schedule`: after the warm-up, the paper's "inverse-sqrt", or a
+    "linear" or "cosine" decay to 0 at the end of `steps` or of the `max_minutes` budget. `average`: the model written to `out/model` is the mean of the
     last that many checkpoints of the run's last quarter (1: the last alone). `init`: a translation
     Transformer to fine-tune (a MarianMT directory, ours or a published OPUS-MT one, or a Hugging Face
     Hub name), whose vocabulary and size the run keeps (no `preset`), with `INIT_SCHEDULE`'s rate.
@@ -108,7 +110,7 @@ def train_translation(source_lang: str, target_lang: str, train: str, dev: str, 
     torch.manual_seed(seed)
     model = TranslationObjective(*_model(plan, tokenizer, vectors, given))
     options = TrainOptions(out=out, steps=steps, max_minutes=max_minutes, lr=plan.lr, warmup=plan.warmup,
-                           schedule="inverse-sqrt", weight_decay=0.0, betas=(0.9, 0.98), eps=1e-9,
+                           schedule=schedule, weight_decay=0.0, betas=(0.9, 0.98), eps=1e-9,
                            precision=precision, eval_every=eval_every, save_every=save_every or eval_every,
                            keep=max(average, 2), seed=seed, progress=progress, report_to=tuple(report_to or ()))
     evaluator = Validation(data, tokenizer, _fitting(valid_pairs, tokenizer, max_seq_length)[:bleu_sentences])
@@ -178,6 +180,8 @@ def _run_config(o: dict, plan: _Plan) -> dict:
                   "overrides": plan.overrides}
     if o["arch"] != DEFAULT_ARCH:  # (absent for the default, as in runs made before other archs, which still resume)
         run_config["arch"] = o["arch"]
+    if o["schedule"] != "inverse-sqrt":  # likewise absent for the default
+        run_config["schedule"] = o["schedule"]
     if o["word_vectors"]:
         run_config["word_vectors"] = os.path.abspath(o["word_vectors"])
     if plan.init is not None:  # (absent when not given, as in runs made before --init, which still resume)

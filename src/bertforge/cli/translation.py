@@ -52,8 +52,11 @@ def _add_train(commands) -> None:
     p.add_argument("--max-minutes", type=float, help=MAX_MINUTES_HELP)
     p.add_argument("--lr", type=float, help="the peak learning rate, reached after --warmup (default: 1e-3 for the "
                                             "Transformer, 2e-3 for --arch lstm)")
-    p.add_argument("--warmup", type=float, help="warm-up of the inverse-square-root schedule: steps, or a fraction "
+    p.add_argument("--warmup", type=float, help="warm-up before the --schedule: steps, or a fraction "
                    "(< 1) of --steps (default: 1,000 steps for the Transformer, 200 for --arch lstm)")
+    p.add_argument("--schedule", choices=["inverse-sqrt", "linear", "cosine"], default="inverse-sqrt",
+                   help="after the warm-up: the paper's inverse square root, or a linear or cosine decay to 0 at "
+                        "the end of --steps or of the --max-minutes budget")
     p.add_argument("--label-smoothing", type=float, default=0.1, help="of the cross-entropy")
     p.add_argument("--dropout", type=float,
                    help="dropout of the model (default: the preset's: 0.1 to 0.3 for the Transformer, 0.2 for the lstm)")
