@@ -135,3 +135,25 @@ def test_a_load_reads_each_file_of_the_directory_once(monkeypatch, name):
     monkeypatch.setattr(builtins, "open", counting_open)
     load(str(FIXTURES / name))
     assert opened["config.json"] == 1 and opened["words.json"] == (0 if name.startswith("bert") else 1), opened
+
+
+# The generic modules that import one family's own code (each serves that family alone; see
+# docs/architecture.md's family record): a new one should go through the record instead.
+FAMILY_CODE_USERS = {"bertforge.generate", "bertforge.pretrain_recurrent", "bertforge.train_translation",
+                     "bertforge.formats.allennlp", "bertforge.finetune"}
+
+
+def test_generic_code_reaches_a_family_through_its_record():
+    """Outside `families/`, only the modules named above import a family's folder (its config,
+    model, objectives, ...); the registry and the record's base are everyone's."""
+    folders = {f"bertforge.families.{p.name}" for p in (SRC / "bertforge" / "families").iterdir()
+               if (p / "__init__.py").exists()}
+    users = set()
+    for path in sorted((SRC / "bertforge").rglob("*.py")):
+        name = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+        if name.startswith("bertforge.families"):
+            continue
+        if any(m == f or m.startswith(f + ".") for m in imported(name) for f in folders):
+            users.add(name)
+    assert len(folders) >= 7
+    assert users == FAMILY_CODE_USERS
