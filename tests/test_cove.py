@@ -98,6 +98,17 @@ def _read(path):
     return read_vectors(path)
 
 
+def test_the_features_finetune_offers_are_the_cove_records():
+    """--features' CoVe choices (named in the CLI so that --help needs no torch) are what the record
+    says its task network reads, and what finetune tells apart from a Transformer's features."""
+    from bertforge.cli.finetune import COVE_FEATURES
+    from bertforge.families import family_of
+    from bertforge.families.cove.config import FEATURES
+    from bertforge.finetune import model_features
+
+    assert COVE_FEATURES == FEATURES == family_of("cove").task_features == model_features()
+
+
 def test_step_by_step_decoding_equals_teacher_forcing():
     torch.manual_seed(0)
     model = CoveTranslator(CoveConfig(**PRESETS["cove-tiny"], source_vocab_size=20, vocab_size=30, word_dim=8)).eval()

@@ -14,9 +14,8 @@ import torch
 from .atomic import atomic_file
 from .checkpoint import label_names_of, read_config
 from .checks import check_options
-from .families.cove.config import FEATURES
 from .errors import BertforgeError
-from .families import family_of, resolve
+from .families import FAMILIES, family_of, resolve
 from .formats import native
 from .formats.hf import load_into
 from .load import load_finetuned, load_tokenizer
@@ -78,7 +77,7 @@ def finetune(task, train: str, dev: str, model: str, out: str, *, text_column: s
     given = {name: value for name, value in locals().items() if name != "options"}
     check_options(given, "finetune")
     check_reporters(report_to)  # a tracker's missing package, before any work
-    cove = features if features in COVE_FEATURES else None  # the CoVe model's; the others are the task's
+    cove = features if features in model_features() else None  # the CoVe model's; the others are the task's
     _check_given_once(given, task, options, cove)
     replayable = isinstance(task, str) and options is None
     if isinstance(choice_columns, (list, tuple)):  # as the command line gives them
@@ -138,7 +137,7 @@ def _base_config(model: str, task, features: str | None, cove: str | None):
         base = type(base)(**{**base.to_dict(), **family.finetuning_config})
     if features and cove is None and hasattr(base, "task_features"):  # pooler, scalar-mix: a Transformer's
         raise BertforgeError(f"{model}: --features {features} is for Transformer encoders; a CoVe model's task "
-                             f"network reads {', '.join(COVE_FEATURES)}")
+                             f"network reads {', '.join(model_features())}")
     if cove is not None:
         if not hasattr(base, "task_features"):
             raise BertforgeError(f"{model}: --features is for CoVe models (glove, cove, glove+cove), not {base.model_type}")
@@ -168,7 +167,12 @@ def _read_data(task, base, tokenizer, train: str, dev: str, max_train: int | Non
     return train_examples, dev_examples, names, train_features, dev_features, cut, dev_cut
 
 
-COVE_FEATURES = FEATURES  # what a CoVe model's task network reads (finetune's --features over a CoVe model)
+def model_features() -> tuple:
+    """What a family's own task network reads (finetune's --features over a CoVe model), where the
+    others' features (pooler, scalar-mix) are the task head's."""
+    return tuple(f for family in FAMILIES for f in family.task_features)
+
+
 # The keywords that shape a task made from its name: a task object comes with its own.
 TASK_OPTIONS = ("text_column", "pair_column", "label_column", "no_header", "word_column", "tag_column", "scheme",
                 "max_seq_length", "choice_columns", "prefix_column", "doc_stride", "max_query_length",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .common import MAX_MINUTES_HELP, REPORT_TO, HelpFormatter, keywords
 
 
-COVE_FEATURES = ("glove", "cove", "glove+cove")  # families/cove/config.py's, named here so that --help needs no torch
+COVE_FEATURES = ("glove", "cove", "glove+cove")  # the CoVe record's task_features, named here so that --help needs no torch
 
 def add_command(commands) -> None:
     fine = commands.add_parser("finetune", help="fine-tune a pretrained model of any family (BERT, GPT-1, ULMFiT, ELMo, CoVe) for a task",

@@ -140,6 +140,9 @@ class Family:
     # multiple-choice class scores through `num_labels` outputs, so that one label is saved (GPT-1's).
     token_head: str | None = None
     one_choice_label: bool = False
+    # What the family's own task network may read, chosen by finetune's --features (CoVe's: GloVe,
+    # CoVe or both); empty where the task's head reads the encoder.
+    task_features: tuple = ()
     # The class (config, sentence=None) -> nn.Module that reads the family's masked-LM checkpoints
     # (`sentence`: "nsp" where one has a next-sentence head), for fill-mask, evaluate-lm and export.
     masked_lm: str | None = None

@@ -3,7 +3,7 @@ fixed word vectors (`bertforge train-translation --arch lstm --word-vectors FILE
 `bertforge translate`; its encoder's states are contextual word vectors. Saved in its own layout
 (formats/cove.py: `transformers` has no CoVe), the encoder also in the released one."""
 
-from .config import PRESETS, CoveConfig
+from .config import FEATURES, PRESETS, CoveConfig
 from ..base import Family
 
 
@@ -19,7 +19,7 @@ FAMILY = Family(
     finetuning_note="peak learning rate {lr:g} for the task network over CoVe (--lr to change)",
     vocab_kind="words+joint", checkpoint="bertforge.formats.cove", default_preset="cove",
     tokenizer="bertforge.data.cove_vocab:CoveTokenizer", uses=("translate", "embed"),
-    embedder="bertforge.families.cove.embedder:CoveEmbedder",
+    embedder="bertforge.families.cove.embedder:CoveEmbedder", task_features=FEATURES,
     # An LSTM needs little warm-up (OpenNMT's Adam recipe has none): measured on Multi30k en-de, lr
     # 2e-3 with 200 steps gave validation BLEU 22.0 at step 1,000 where the Transformer's 1e-3 and
     # 1,000 gave 13.4.
