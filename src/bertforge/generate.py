@@ -10,9 +10,10 @@ import torch
 
 from .checks import POSITIVE, check
 from .errors import BertforgeError
+from .checkpoint import read_family_and_config
+from .hub import model_path
 from .load import load
-from .families.gpt.model import Cache
-from .families.gpt.objectives import CausalLMPretraining
+from .nn.attention import Cache
 from .quantize import for_inference
 
 
@@ -43,7 +44,10 @@ class Generator:
     """A loaded GPT-1 and its tokenizer, ready for many prompts."""
 
     def __init__(self, directory: str, device: str | torch.device = "cpu"):
-        loaded = load(directory, device, model=CausalLMPretraining, use="generate")
+        directory = model_path(directory)
+        family, config = read_family_and_config(directory)
+        # the family's LM class, built once `load` has checked the family generates
+        loaded = load(directory, device, model=family.build_causal_lm, use="generate", config=config, family=family)
         self.config, self.tokenizer, self.model = loaded.config, loaded.tokenizer, loaded.model
         for_inference(self.model, "fp32")  # its products on this CPU's faster kernel
         self.device = torch.device(device)

@@ -146,6 +146,8 @@ class Family:
     # The class (config, sentence=None) -> nn.Module that reads the family's masked-LM checkpoints
     # (`sentence`: "nsp" where one has a next-sentence head), for fill-mask, evaluate-lm and export.
     masked_lm: str | None = None
+    # The class (config) -> nn.Module that reads its left-to-right LM checkpoints, for generate.
+    causal_lm: str | None = None
     # A translation family: the name `train-translation --arch` builds it by, the peak rate and
     # warm-up steps of its inverse-square-root schedule, and whether it reads fixed word vectors.
     arch: str | None = None
@@ -184,6 +186,10 @@ class Family:
     def build_masked_lm(self, config, **options):
         """The model of the family's masked-LM checkpoints (`masked_lm`), e.g. with `sentence="nsp"`."""
         return resolve(self.masked_lm)(config, **options)
+
+    def build_causal_lm(self, config, **options):
+        """The model of the family's left-to-right LM checkpoints (`causal_lm`), for generate."""
+        return resolve(self.causal_lm)(config, **options)
 
     def token_transform(self, config):
         """The transform the family's token-level task classes put on every token, or None."""

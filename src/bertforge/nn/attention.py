@@ -81,3 +81,16 @@ def varlen_attention(q, k, v, packed: Packed, dropout_p: float) -> torch.Tensor 
         return None
     # T bounds the longest row: reading the true longest would cost another host sync
     return varlen_attn(q, k, v, packed.offsets, packed.offsets, packed.length, packed.length)
+
+
+class Cache:
+    """A decoder's keys and values so far, one (B, N, P, D) pair per layer, for generation one
+    position at a time; starts empty."""
+
+    def __init__(self):
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    @property
+    def length(self) -> int:
+        return self.keys[0].shape[2] if self.keys else 0

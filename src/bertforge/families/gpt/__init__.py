@@ -23,4 +23,5 @@ FAMILY = Family(
     finetuning="bertforge.training.optim:finetuning_by_width", new_config="bertforge.families.gpt.config:pretraining_config",
     describe="GPT-1", vocab_kind="bpe", layer_norms=("post", "pre"),
     uses=("embed", "generate", "evaluate-lm"), lm="causal", input_transforms=True,
+    causal_lm="bertforge.families.gpt.objectives:CausalLMPretraining",
 )

@@ -29,21 +29,9 @@ import torch
 from torch import nn
 
 from .config import GPTConfig
-from ...nn.attention import attend
+from ...nn.attention import Cache, attend
 from ...nn.layers import Dropout, EncoderOutput, activation, init_weights
 from ...nn.rotary import rotary_halves, rotate_part
-
-
-class Cache:
-    """Each layer's keys and values so far, (B, N, P, D) each; starts empty."""
-
-    def __init__(self):
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
-
-    @property
-    def length(self) -> int:
-        return self.keys[0].shape[2] if self.keys else 0
 
 
 class Embeddings(nn.Module):
