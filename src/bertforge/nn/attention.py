@@ -1,5 +1,5 @@
 """Scaled dot-product attention on every device: the CPU's faster paths, the padded and the
-unpadded (packed) batch."""
+unpadded (packed) batch, and the key/value cache of generation."""
 
 from __future__ import annotations
 
