@@ -19,7 +19,7 @@ from .checkpoint import read_family_and_config
 from .data.padding import in_length_order
 from .data.tokenizer import Tokenizer
 # the layer choices are every embedder's, named here as they always were
-from .nn.layer_choice import LAYER_CHOICES, check_layers, combine  # noqa: F401
+from .nn.layer_choice import LAYER_CHOICES, check_layers, combine, handed_back  # noqa: F401
 from .families import Family, resolve
 from .load import load
 from .nn.layers import token_types
@@ -127,9 +127,7 @@ class Embedder:
                 for i, vector in zip(rows, pooled.cpu().numpy()):
                     out[i] = vector
         bar.close()
-        if normalize:  # sentence-transformers' Normalize: v / max(|v|, 1e-12), per vector
-            out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
-        return out if pooling == "tokens" else np.stack(out)
+        return handed_back(out, pooling, normalize)
 
 
 def load_embedder(directory: str, config, family: Family, device: str | torch.device = "cpu",

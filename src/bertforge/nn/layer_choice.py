@@ -1,8 +1,10 @@
-"""Which of an encoder's layers make a vector: the choices every embedder shares (the last layer,
-the sum or concatenation of the last four, all of them, or one layer by number)."""
+"""What every embedder shares: which of an encoder's layers make a vector (the last layer, the sum
+or concatenation of the last four, all of them, or one layer by number), and the vectors handed
+back."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..errors import BertforgeError
@@ -42,3 +44,12 @@ def combine(hidden_states: tuple[torch.Tensor, ...], layers: str | int) -> torch
     if layers == "concat-last-4":
         return torch.cat(hidden_states[-4:], dim=-1)  # (B, T, 4H)
     return torch.stack(hidden_states).mean(0)  # all
+
+
+def handed_back(out: list[np.ndarray], pooling: str, normalize: bool) -> list[np.ndarray] | np.ndarray:
+    """The vectors of each text: one (D,) row each stacked into (N, D), or with `tokens` pooling a
+    (tokens, D) array per text; `normalize` as sentence-transformers' Normalize: v / max(|v|, 1e-12),
+    per vector."""
+    if normalize:
+        out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
+    return out if pooling == "tokens" else np.stack(out)

@@ -7,8 +7,10 @@ import torch
 
 from ...data.padding import pad
 from ...errors import BertforgeError
+from ...nn.layer_choice import handed_back
 from ...progress import progress as progress_bar
 from ...quantize import for_inference
+from .config import FEATURES
 
 
 class CoveEmbedder:
@@ -19,7 +21,6 @@ class CoveEmbedder:
     encoder read from the released CoVe weights was trained without one: its states near the end
     of a text then differ a little from Salesforce's)."""
 
-    FEATURES = ("glove", "cove", "glove+cove")
     # no layers to choose from: CoVe is the encoder's top layer, beside the word vectors it reads
     LAYERS_REFUSED = ("--layers is for BERT-family and ELMo models; a CoVe model's vectors are its top layer "
                       "and its word vectors, chosen by --features (glove, cove, glove+cove)")
@@ -57,8 +58,8 @@ class CoveEmbedder:
         pooling = pooling or self.pooling
         if pooling not in ("mean", "tokens"):
             raise BertforgeError(f"a CoVe model pools by mean or gives tokens, not {pooling!r}")
-        if features not in self.FEATURES:
-            raise BertforgeError(f"features must be one of {', '.join(self.FEATURES)}, got {features!r}")
+        if features not in FEATURES:
+            raise BertforgeError(f"features must be one of {', '.join(FEATURES)}, got {features!r}")
         words = self.tokens(texts, max_length)
         ids = [[self.tokenizer.index.get(w, 1) for w in row] + [0] for row in words]  # </s> as in training
         # the translator's MT-LSTM, or a fine-tuned task model's (its backbone)
@@ -78,6 +79,4 @@ class CoveEmbedder:
                         vectors[k, :max(n, 1)].mean(0).cpu().numpy()
                 bar.update(len(rows))
         bar.close()
-        if normalize:
-            out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
-        return out if pooling == "tokens" else np.stack(out)
+        return handed_back(out, pooling, normalize)

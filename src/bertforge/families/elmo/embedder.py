@@ -8,7 +8,7 @@ import torch
 from ...data.padding import in_length_order
 from ...data.words import BOS_WORD, EOS_WORD, word_characters
 from ...errors import BertforgeError
-from ...nn.layer_choice import check_layers, combine
+from ...nn.layer_choice import check_layers, combine, handed_back
 from ...progress import progress as progress_bar
 from ...quantize import for_inference
 from .model import ELMoLanguageModel
@@ -75,6 +75,4 @@ class ELMoEmbedder:
                     word_vectors = vectors[k, 1:n + 1]  # without <S> and </S>
                     out[i] = (word_vectors if pooling == "tokens" else word_vectors.mean(0)).cpu().numpy()
         bar.close()
-        if normalize:
-            out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
-        return out if pooling == "tokens" else np.stack(out)
+        return handed_back(out, pooling, normalize)
