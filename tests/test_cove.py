@@ -104,9 +104,11 @@ def test_the_features_finetune_offers_are_the_cove_records():
     from bertforge.cli.finetune import COVE_FEATURES
     from bertforge.families import family_of
     from bertforge.families.cove.config import FEATURES
+    from bertforge.families.cove.embedder import CoveEmbedder
     from bertforge.finetune import model_features
 
-    assert COVE_FEATURES == FEATURES == family_of("cove").task_features == model_features()
+    # bertforge embed asks the embedder for its --features
+    assert COVE_FEATURES == FEATURES == family_of("cove").task_features == model_features() == CoveEmbedder.FEATURES
 
 
 def test_step_by_step_decoding_equals_teacher_forcing():

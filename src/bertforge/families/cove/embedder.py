@@ -21,6 +21,7 @@ class CoveEmbedder:
     encoder read from the released CoVe weights was trained without one: its states near the end
     of a text then differ a little from Salesforce's)."""
 
+    FEATURES = FEATURES  # what --features chooses (bertforge embed asks the embedder)
     # no layers to choose from: CoVe is the encoder's top layer, beside the word vectors it reads
     LAYERS_REFUSED = ("--layers is for BERT-family and ELMo models; a CoVe model's vectors are its top layer "
                       "and its word vectors, chosen by --features (glove, cove, glove+cove)")
@@ -58,8 +59,8 @@ class CoveEmbedder:
         pooling = pooling or self.pooling
         if pooling not in ("mean", "tokens"):
             raise BertforgeError(f"a CoVe model pools by mean or gives tokens, not {pooling!r}")
-        if features not in FEATURES:
-            raise BertforgeError(f"features must be one of {', '.join(FEATURES)}, got {features!r}")
+        if features not in self.FEATURES:
+            raise BertforgeError(f"features must be one of {', '.join(self.FEATURES)}, got {features!r}")
         words = self.tokens(texts, max_length)
         ids = [[self.tokenizer.index.get(w, 1) for w in row] + [0] for row in words]  # </s> as in training
         # the translator's MT-LSTM, or a fine-tuned task model's (its backbone)
