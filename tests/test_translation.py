@@ -19,7 +19,8 @@ from bertforge import BertforgeError, load
 from bertforge.cli import main
 from bertforge.families.marian.config import MarianConfig
 from bertforge.formats.hf import write_parts
-from bertforge.families.marian.model import Transformer, TranslationObjective, sinusoids
+from bertforge.families.marian.model import Transformer, sinusoids
+from bertforge.losses import TranslationObjective
 from bertforge.train_translation import last_stretch, train_translation
 from bertforge.training.optim import lr_at
 from bertforge.translate import DecodeOptions, decode, translate
@@ -163,7 +164,7 @@ def test_our_directory_loads_in_transformers_with_equal_logits(tmp_path, tied):
     from transformers import AutoModelForSeq2SeqLM
 
     torch.manual_seed(0)
-    ours = TranslationObjective(_tiny_config(tie_word_embeddings=tied))
+    ours = TranslationObjective(Transformer(_tiny_config(tie_word_embeddings=tied)))
     with torch.no_grad():  # nothing left at its initial zero, so that every tensor's place is checked
         for p in ours.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -305,7 +306,7 @@ def test_bad_input_is_one_line_naming_file_and_line(tmp_path):
     (data / "in.txt").write_bytes(b"fine\nalso fine\n\xff\xfe broken\n")
     model = tmp_path / "m"
     model.mkdir()
-    write_parts(TranslationObjective(_tiny_config()), str(model))
+    write_parts(TranslationObjective(Transformer(_tiny_config())), str(model))
     done = subprocess.run([sys.executable, "-m", "bertforge", "translate", str(model), "--input",
                            str(data / "in.txt")], capture_output=True, text=True, env=env)
     assert done.returncode == 2 and f"{data / 'in.txt'}:3" in done.stderr, done.stderr
@@ -317,7 +318,7 @@ def test_bad_input_is_one_line_naming_file_and_line(tmp_path):
 
 def test_pre_ln_round_trips_through_its_directory(tmp_path):
     torch.manual_seed(0)
-    ours = TranslationObjective(_tiny_config(normalize_before=True))
+    ours = TranslationObjective(Transformer(_tiny_config(normalize_before=True)))
     with torch.no_grad():
         ours.backbone.encoder.norm.weight.normal_()
     write_parts(ours, str(tmp_path))

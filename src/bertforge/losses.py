@@ -8,7 +8,8 @@ per row are kept, and the gradient softmax(logits) - onehot is formed block by b
 written once in the logits' precision. The numbers are those of the usual path: fp32 arithmetic
 on the same bf16 logits.
 
-Also the task losses that the classifiers and taggers of every family share.
+Also the task losses that the classifiers and taggers of every family share, and the loss of an
+encoder-decoder on parallel text.
 """
 
 from __future__ import annotations
@@ -139,3 +140,28 @@ def tagging_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[dict, di
     logits = logits.float()
     loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE, reduction="sum")
     return {"tag": loss}, {"tag": ((logits.argmax(-1) == labels) & (labels != IGNORE)).sum()}
+
+
+class TranslationObjective(torch.nn.Module):
+    """The loss of any encoder-decoder `backbone` (the Transformer, CoVe's LSTM: `encode`, `decode`,
+    `logits` as the Transformer has them) on parallel text: label-smoothed cross-entropy of every
+    target token (the paper's 0.1), summed; logits only at real target positions, so that padding
+    costs no softmax. Returns the trainer's ({"mt": loss sum}, {"mt": correct tokens})."""
+
+    def __init__(self, backbone: torch.nn.Module, label_smoothing: float = 0.1):
+        super().__init__()
+        self.backbone = backbone
+        self.architecture = backbone.config.architectures[0]
+        self.label_smoothing = label_smoothing
+
+    def forward(self, batch: dict) -> tuple[dict, dict]:
+        model = self.backbone
+        memory = model.encode(batch["source"], batch["source_mask"])
+        states = model.decode(batch["target_in"], memory, batch["source_mask"])
+        keep = batch["target_out"] != IGNORE
+        # the output layer's rows rounded up to a multiple of 64, so that the product's shapes
+        # repeat (a kernel per shape is cached); the loss reads the real ones, in fp32 a block at a time
+        rows = states[keep]
+        logits = model.logits(F.pad(rows, (0, 0, 0, -len(rows) % 64)))[:len(rows)]  # (N, V)
+        loss, correct = vocab_loss(logits, batch["target_out"][keep], self.label_smoothing)
+        return {"mt": loss}, {"mt": correct}

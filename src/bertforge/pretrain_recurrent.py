@@ -21,8 +21,6 @@ import torch
 
 from .checkpoint import read_config
 from .checks import check
-from .families.awd_lstm.config import AWDLSTMConfig, awd_lstm_preset
-from .families.elmo.config import elmo_preset
 from .data.held_out import check_resumable
 from .data.corpus import FileReport, find_files, read_units, split_sentences
 from .data.streams import LMStreams, read_documents
@@ -32,8 +30,6 @@ from .families import objective as find_objective
 from .families import resolve
 from .families.base import Optimisation
 from .formats import native
-from .families.awd_lstm.objectives import RecurrentLMPretraining
-from .families.elmo.objectives import BiLMPretraining
 from .paths import check_apart
 from .training.checkpoints import check_same_settings, latest_checkpoint
 from .training.distributed import distributed_setup
@@ -116,26 +112,27 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
         raise BertforgeError(f"{init}: a {'backward' if start.backwards else 'forward'} model; "
                              f"{'add' if start.backwards else 'drop'} --backwards")
     vocab = _resume_vocabulary(out, run_config) if resume else \
-        _new_vocabulary(out, files, init, run_config, preset, elmo, options.progress and rank == 0)
+        _new_vocabulary(out, files, init, run_config, family, preset, options.progress and rank == 0)
     source = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
     show = options.progress and rank == 0
+    build = resolve(record.build)  # the objective's module
     if elmo:
-        config = elmo_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id)
+        config = preset_config(family, preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id)
         documents, encode = word_documents(files, vocab, config.max_characters_per_token, layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
                          variable=False, source=source, bidirectional=True, encode=encode,
                          sentence_ends=(1,))  # </S>: elmo_documents' id 1
         torch.manual_seed(options.seed)
-        model = BiLMPretraining(config, sampled_softmax or None)
+        model = build(config, sampled=sampled_softmax or None)
     else:
         documents, _ = word_documents(files, vocab, None, layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
                          backwards=backwards, source=source,
                          sentence_ends=tuple(vocab.index[w] for w in (".", "!", "?") if w in vocab.index))
-        config = _awd_lstm_config(start, preset, vocab, backwards, dropout_scale)
+        config = _awd_lstm_config(family, start, preset, vocab, backwards, dropout_scale)
         torch.manual_seed(options.seed)
         sampled = SAMPLED_WORDS if sampled_softmax is None and vocab.vocab_size > 4 * SAMPLED_WORDS else sampled_softmax
-        model = RecurrentLMPretraining(config, ar, tar, sampled or None)
+        model = build(config, ar=ar, tar=tar, sampled=sampled or None)
         if start is not None and not resume:
             match_vocabulary(model, init, vocab, start)
     facts = {"model": config.to_dict(), "sampled_words": model.sampled, **data.split_facts(), "words": vocab.vocab_size,
@@ -155,7 +152,12 @@ def _preset(family, objective: str, preset: str | None, init: str | None, backwa
     return preset
 
 
-def _new_vocabulary(out: str, files: list[str], init: str | None, run_config: dict, preset: str | None, elmo: bool,
+def preset_config(family, preset: str, **fields):
+    """A new config of `family` of size `preset`, with `fields` set."""
+    return family.config(**{**family.presets[preset], **fields})
+
+
+def _new_vocabulary(out: str, files: list[str], init: str | None, run_config: dict, family, preset: str | None,
                     show: bool) -> WordVocab:
     """The word vocabulary of a new run, from the corpus (with `init`'s text rules when continuing one)."""
     if latest_checkpoint(out):
@@ -163,21 +165,22 @@ def _new_vocabulary(out: str, files: list[str], init: str | None, run_config: di
     settings = WordVocab.from_pretrained(init) if init else None
     layout, text_field = run_config["layout"], run_config["text_field"]
     texts = (text for path in files for _, text, _ in read_units(path, FileReport(path), layout, text_field))
+    elmo = family.lm == "bidirectional"  # cased, and every word's characters kept
     return WordVocab.train(texts, run_config["vocab_size"], run_config["min_freq"], lowercase=not elmo,
                            rules=False if elmo else settings.rules if settings else run_config["rules"],
-                           characters=elmo_preset(preset).max_characters_per_token if elmo else None,
+                           characters=preset_config(family, preset).max_characters_per_token if elmo else None,
                            show_progress=show)
 
 
-def _awd_lstm_config(start, preset: str | None, vocab: WordVocab, backwards: bool, dropout_scale: float):
+def _awd_lstm_config(family, start, preset: str | None, vocab: WordVocab, backwards: bool, dropout_scale: float):
     """An AWD-LSTM's config: `start`'s (the model continued) over the new vocabulary, or the preset's
     with its dropouts scaled."""
     if start is not None:
-        return AWDLSTMConfig(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
-                                "architectures": ["AWDLSTMLanguageModel"]})
-    dropouts = {k: AWDLSTMConfig.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS}
-    return awd_lstm_preset(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, backwards=backwards,
-                           **dropouts)
+        return type(start)(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
+                              "architectures": ["AWDLSTMLanguageModel"]})
+    dropouts = {k: family.config.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS}
+    return preset_config(family, preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, backwards=backwards,
+                         **dropouts)
 
 
 def _check_options(vocab_size, batch_size, eval_fraction, min_freq, bptt, dropout_scale, ar, tar,
@@ -239,14 +242,14 @@ def elmo_documents(files: list[str], vocab: WordVocab, max_characters: int, layo
     return documents, batch_inputs
 
 
-def match_vocabulary(model: RecurrentLMPretraining, init: str, vocab: WordVocab, config=None) -> int:
+def match_vocabulary(model, init: str, vocab: WordVocab, config=None) -> int:
     """Load the language model in `init` (whose config is `config`, when already read) into `model`,
     whose vocabulary `vocab` was learned on new text: every other weight as it is, each embedding row
     (and decoder bias) by word, and the words `init` never saw at the mean of its rows. Returns how
     many words were new."""
     old_vocab = WordVocab.from_pretrained(init)
     config = native.check_native(read_config(init), init) if config is None else config
-    old = RecurrentLMPretraining(config)
+    old = type(model)(config)
     native.load(old, init, config)
     state = {k: v for k, v in old.state_dict().items() if k not in (EMBEDDINGS, "decoder.weight", "decoder.bias")}
     old_rows = old.backbone.embeddings.weight.detach()

@@ -25,7 +25,7 @@ from .errors import BertforgeError
 from .families import family_of, resolve, translation_archs
 from .formats.word_vectors import read_vectors
 from .hub import model_path
-from .families.marian.model import TranslationObjective
+from .losses import TranslationObjective
 from .paths import check_apart, fingerprint
 from .replay import run_arguments
 from .scoring import corpus_scores
@@ -108,7 +108,7 @@ def train_translation(source_lang: str, target_lang: str, train: str, dev: str, 
         if vectors is not None:
             print(f"word vectors: {describe_coverage(run_config['vector_coverage'])}", flush=True)
     torch.manual_seed(seed)
-    model = TranslationObjective(*_model(plan, tokenizer, vectors, given))
+    model = TranslationObjective(_backbone(plan, tokenizer, vectors, given), label_smoothing)
     options = TrainOptions(out=out, steps=steps, max_minutes=max_minutes, lr=plan.lr, warmup=plan.warmup,
                            schedule=schedule, weight_decay=0.0, betas=(0.9, 0.98), eps=1e-9,
                            precision=precision, eval_every=eval_every, save_every=save_every or eval_every,
@@ -192,9 +192,9 @@ def _run_config(o: dict, plan: _Plan) -> dict:
     return run_config
 
 
-def _model(plan: _Plan, tokenizer, vectors, o: dict):
-    """The config and the encoder-decoder (the --init model's weights, or the fixed word vectors, in
-    place), checked against the longest pairs kept."""
+def _backbone(plan: _Plan, tokenizer, vectors, o: dict):
+    """The encoder-decoder (the --init model's weights, or the fixed word vectors, in place), its
+    positions checked against the longest pairs kept."""
     config = _config(plan.family, plan.preset, tokenizer, vectors, plan.overrides) if plan.init_config is None \
         else _config_of_init(plan.init_config, plan.family, tokenizer, plan.overrides, plan.init)
     if o["max_seq_length"] > config.max_position_embeddings:  # a kept pair would not fit: said before any step
@@ -208,7 +208,7 @@ def _model(plan: _Plan, tokenizer, vectors, o: dict):
     if vectors is not None and not o["resume"]:  # a resumed run's checkpoint holds them
         with torch.no_grad():
             backbone.encoder.vectors.weight.copy_(torch.from_numpy(tokenizer.vector_matrix(*vectors)))
-    return config, o["label_smoothing"], backbone
+    return backbone
 
 
 def _finish(summary: dict, model, tokenizer, evaluator, out: str, average: int) -> None:

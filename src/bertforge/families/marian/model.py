@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import MarianConfig
-from ...losses import vocab_loss
 from ...nn.attention import attend
 from ...nn.layers import Dropout
 from ...nn.linear import linear, tracing
@@ -226,30 +225,3 @@ class Transformer(nn.Module):
 
     def forward(self, source, source_mask, target_in) -> torch.Tensor:
         return self.logits(self.decode(target_in, self.encode(source, source_mask), source_mask))
-
-
-class TranslationObjective(nn.Module):
-    """Label-smoothed cross-entropy of every target token (the paper's 0.1), summed; logits only at
-    real target positions, so that padding costs no softmax. Returns the trainer's
-    ({"mt": loss sum}, {"mt": correct tokens})."""
-
-    def __init__(self, config: MarianConfig, label_smoothing: float = 0.1, backbone: nn.Module | None = None):
-        """`backbone`: another encoder-decoder with the Transformer's interface (CoVe's LSTM);
-        by default the Transformer of `config`."""
-        super().__init__()
-        self.backbone = backbone if backbone is not None else Transformer(config)
-        self.architecture = config.architectures[0]
-        self.label_smoothing = label_smoothing
-
-    def forward(self, batch: dict) -> tuple[dict, dict]:
-        model = self.backbone
-        memory = model.encode(batch["source"], batch["source_mask"])
-        states = model.decode(batch["target_in"], memory, batch["source_mask"])
-        keep = batch["target_out"] != -100
-        # the output layer's rows rounded up to a multiple of 64 for the same reason as padded_width;
-        # the loss reads the real ones, in fp32 a block at a time (losses.vocab_loss)
-        rows = states[keep]
-        logits = model.logits(F.pad(rows, (0, 0, 0, -len(rows) % 64)))[:len(rows)]  # (N, V)
-        gold = batch["target_out"][keep]
-        loss, correct = vocab_loss(logits, gold, self.label_smoothing)
-        return {"mt": loss}, {"mt": correct}
