@@ -306,6 +306,9 @@ def quality(args, size: dict) -> dict:
         # the average a last stretch.
         ours.update(arch="lstm", word_vectors=os.path.abspath(args.word_vectors),
                     preset="cove-tiny" if args.quick else "cove", save_every=250)
+    if args.preset:
+        ours["preset"] = args.preset
+    ours.update({k: getattr(args, k) for k in ("lr", "warmup") if getattr(args, k) is not None})
     if args.dropout is not None:
         ours["overrides"] = {"dropout": args.dropout}
     if args.schedule != "inverse-sqrt":
@@ -313,7 +316,7 @@ def quality(args, size: dict) -> dict:
     if args.quick:
         ours.update(bleu_sentences=50, warmup=100)
     lr, warmup = translation_archs()["transformer"].schedule
-    recipe = {"lr": lr, "warmup": ours.get("warmup", warmup)}  # the peer's: ours
+    recipe = {"lr": ours.get("lr", lr), "warmup": ours.get("warmup", warmup)}  # the peer's: ours
     settings = {"pair": args.pair, "out": args.out, "minutes": minutes, "peer_minutes": args.peer_minutes or minutes,
                 "sentences": size["sentences"], "first": 500 if not args.quick else 25, "ours": ours,
                 "peer_recipe": recipe, "sizes": PRESETS.get(ours["preset"])}
@@ -381,12 +384,13 @@ def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, 
     batches = real_batches(model_dir, pair_arg(pair), warm + timed)
     if impl == "ours":
         from bertforge.load import load
-        from bertforge.families.marian.model import TranslationObjective
+        from bertforge.families.marian.model import Transformer
+        from bertforge.losses import TranslationObjective
         from bertforge.training.allocator import reuse_freed_memory
         from bertforge.training.optim import make_optimizer
 
         reuse_freed_memory()  # as bertforge's trainer does
-        model = TranslationObjective(load(model_dir).config, 0.1).train()
+        model = TranslationObjective(Transformer(load(model_dir).config), 0.1).train()
         optimizer = make_optimizer(model, 1e-3, 0.0, (0.9, 0.98), 1e-9)
 
         def loss_of(batch):
@@ -655,6 +659,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--arch", choices=["transformer", "lstm"], default="transformer",
                    help="ours' model: the Transformer, or CoVe's LSTM (with --word-vectors and --no-peer)")
     q.add_argument("--word-vectors", help="--arch lstm: the fixed source word vectors (bertforge word-vectors)")
+    q.add_argument("--preset", help="ours' size (train-translation --preset; default: the arch's)")
+    q.add_argument("--lr", type=float, help="ours' peak rate (default: the arch's)")
+    q.add_argument("--warmup", type=int, help="ours' warm-up steps (default: the arch's)")
     q.add_argument("--dropout", type=float, help="ours' dropout (default: the preset's)")
     q.add_argument("--schedule", choices=["inverse-sqrt", "linear", "cosine"], default="inverse-sqrt",
                    help="ours' rate after the warm-up (train-translation --schedule)")

@@ -115,11 +115,15 @@ def _select(rows: torch.Tensor, *tensors):
     return [x.index_select(0, rows) for x in tensors]
 
 
-def _reorder(caches: list[dict], rows: torch.Tensor) -> None:
+def _reorder(caches: list[dict], rows: torch.Tensor, hypotheses_only: bool = False) -> None:
     """Keep (and repeat) the cached rows `rows`: every cached tensor is batch-first (the Transformer's
-    keys and values, an LSTM decoder's states)."""
+    keys and values, an LSTM decoder's states). `hypotheses_only`: `rows` only reorder the hypotheses
+    of each sentence among themselves, so an entry named "cross" (the keys and values of the
+    encoder's states, the same for every hypothesis of a sentence) is left as it is."""
     for cache in caches:
         for key, value in cache.items():
+            if hypotheses_only and key == "cross":
+                continue
             cache[key] = tuple(x.index_select(0, rows) for x in value) if isinstance(value, tuple) \
                 else value.index_select(0, rows)
 
@@ -162,9 +166,12 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
           stop=None) -> list[list[tuple[float, list[int]]]]:
     c, k, device = model.config, options.beam, source.device
     n = source.shape[0]
-    memory = model.encode(source, source_mask).repeat_interleave(k, 0)  # (n*k, S, d)
-    mask = source_mask.repeat_interleave(k, 0)
+    memory = model.encode(source, source_mask)
+    # computed once per sentence, then repeated: a sentence's k copies are equal, so that the
+    # search need not reorder them as it reorders the hypotheses (`_reorder`'s `hypotheses_only`)
     caches = model.cross_caches(memory)
+    _reorder(caches, torch.arange(n, device=device).repeat_interleave(k))
+    memory, mask = memory.repeat_interleave(k, 0), source_mask.repeat_interleave(k, 0)  # (n*k, S, d)
     alive = torch.arange(n)
     sequences = torch.full((n * k, 1), c.decoder_start_token_id, dtype=torch.long, device=device)
     scores = torch.zeros(n, k, device=device)
@@ -185,7 +192,7 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
         scores, pick = top.masked_fill(ends, float("-inf")).topk(k)  # the best k that go on
         rows = (torch.arange(m, device=device)[:, None] * k + origin.gather(1, pick)).view(-1)
         sequences = torch.cat([sequences.index_select(0, rows), token.gather(1, pick).view(-1, 1)], dim=1)
-        _reorder(caches, rows)
+        _reorder(caches, rows, hypotheses_only=True)
         done = torch.tensor([len(ended[int(i)]) >= k for i in alive]) | at_limit[:, 0].cpu()
         if done.all():
             break
