@@ -49,21 +49,21 @@ def corpus_files(quick: bool) -> list[str]:
     return files[:2] if quick else files
 
 
-def run_ours(out: str, dim: int, epochs: int, subsample: float, quick: bool) -> dict:
+def run_ours(out: str, dim: int, epochs: int, subsample: float, quick: bool, seed: int = 0) -> dict:
     from bertforge.word_vectors import GloveOptions, train_word_vectors
 
     path = os.path.join(out, "glove.txt")
     start = time.perf_counter()
-    summary = train_word_vectors(corpus_files(quick), path, GloveOptions(dim=dim, epochs=epochs, subsample=subsample),
-                                 progress=False)
+    summary = train_word_vectors(corpus_files(quick), path, GloveOptions(dim=dim, epochs=epochs, subsample=subsample,
+                                                                                 seed=seed), progress=False)
     return {"seconds": round(time.perf_counter() - start, 1), "vectors": path, "summary": summary,
-            "peak_mb": round(peak_rss_mb()), "subsample": subsample}
+            "peak_mb": round(peak_rss_mb()), "subsample": subsample, "seed": seed}
 
 
 GENSIM_BEST = {"sg": 1, "window": 10, "negative": 10, "epochs": 10}  # and a worker per core
 
 
-def run_gensim(out: str, dim: int, quick: bool, best: bool = False) -> dict:
+def run_gensim(out: str, dim: int, quick: bool, best: bool = False, seed: int = 0) -> dict:
     """gensim's Word2Vec with its defaults, or at its best (GENSIM_BEST)."""
     from gensim.models import Word2Vec
 
@@ -74,7 +74,7 @@ def run_gensim(out: str, dim: int, quick: bool, best: bool = False) -> dict:
     read = time.perf_counter() - start
     start = time.perf_counter()
     settings = {**GENSIM_BEST, "workers": os.cpu_count()} if best else {}
-    model = Word2Vec(sentences, vector_size=dim, **settings)  # everything else its defaults
+    model = Word2Vec(sentences, vector_size=dim, seed=seed + 1, **settings)  # else its defaults (seed 1 is gensim's)
     seconds = time.perf_counter() - start
     path = os.path.join(out, "word2vec-best.vec" if best else "word2vec.vec")
     model.wv.save_word2vec_format(path)
@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=8,
                         help="GloVe's passes over the counts (8: counting and fit inside 2 minutes on 2 cores)")
     parser.add_argument("--subsample", type=float, default=1e-3, help="GloVe's --subsample (0: every word)")
+    parser.add_argument("--seed", type=int, default=0, help="ours' seed; gensim's is this + 1 (its default 1 at 0)")
     parser.add_argument("--out", default="runs/word-vectors")
     parser.add_argument("--quick", action="store_true", help="two books, 2 epochs: checks the script")
     parser.add_argument("--no-best", dest="best", action="store_false", help="leave out gensim at its best")
@@ -148,16 +149,17 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.child:
         kind, out = args.child[0], args.child[1]
-        result = {"ours": lambda: run_ours(out, args.dim, args.epochs, args.subsample, args.quick),
-                  "gensim": lambda: run_gensim(out, args.dim, args.quick),
-                  "gensim-best": lambda: run_gensim(out, args.dim, args.quick, best=True),
+        result = {"ours": lambda: run_ours(out, args.dim, args.epochs, args.subsample, args.quick, args.seed),
+                  "gensim": lambda: run_gensim(out, args.dim, args.quick, seed=args.seed),
+                  "gensim-best": lambda: run_gensim(out, args.dim, args.quick, best=True, seed=args.seed),
                   "scores": lambda: scores(out)}[kind]()
         print(json.dumps(result))
         return
     if args.quick:
         args.epochs = 2
     os.makedirs(args.out, exist_ok=True)
-    flags = ["--dim", str(args.dim), "--epochs", str(args.epochs), "--subsample", str(args.subsample)] + \
+    flags = ["--dim", str(args.dim), "--epochs", str(args.epochs), "--subsample", str(args.subsample),
+             "--seed", str(args.seed)] + \
         (["--quick"] if args.quick else [])
     shutil.rmtree(os.path.join(args.out, "glove.txt.run"), ignore_errors=True)  # a fresh count every time
     sides = ["ours", "gensim"] + (["gensim-best"] if args.best else [])
