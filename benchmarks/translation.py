@@ -47,7 +47,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys

@@ -117,7 +117,7 @@ def pretrain_recurrent(corpus, out: str, objective: str = "awd-lstm", preset: st
     show = options.progress and rank == 0
     build = resolve(record.build)  # the objective's module
     if elmo:
-        config = preset_config(family, preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id)
+        config = family.preset_config(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id)
         documents, encode = word_documents(files, vocab, config.max_characters_per_token, layout, text_field, show)
         data = LMStreams(documents, batch_size, bptt, options.seed, eval_fraction, rank, world, options.accum,
                          variable=False, source=source, bidirectional=True, encode=encode,
@@ -152,11 +152,6 @@ def _preset(family, objective: str, preset: str | None, init: str | None, backwa
     return preset
 
 
-def preset_config(family, preset: str, **fields):
-    """A new config of `family` of size `preset`, with `fields` set."""
-    return family.config(**{**family.presets[preset], **fields})
-
-
 def _new_vocabulary(out: str, files: list[str], init: str | None, run_config: dict, family, preset: str | None,
                     show: bool) -> WordVocab:
     """The word vocabulary of a new run, from the corpus (with `init`'s text rules when continuing one)."""
@@ -168,7 +163,7 @@ def _new_vocabulary(out: str, files: list[str], init: str | None, run_config: di
     elmo = family.lm == "bidirectional"  # cased, and every word's characters kept
     return WordVocab.train(texts, run_config["vocab_size"], run_config["min_freq"], lowercase=not elmo,
                            rules=False if elmo else settings.rules if settings else run_config["rules"],
-                           characters=preset_config(family, preset).max_characters_per_token if elmo else None,
+                           characters=family.preset_config(preset).max_characters_per_token if elmo else None,
                            show_progress=show)
 
 
@@ -179,8 +174,8 @@ def _awd_lstm_config(family, start, preset: str | None, vocab: WordVocab, backwa
         return type(start)(**{**start.to_dict(), "vocab_size": vocab.vocab_size, "pad_token_id": vocab.pad_id,
                               "architectures": ["AWDLSTMLanguageModel"]})
     dropouts = {k: family.config.__dataclass_fields__[k].default * dropout_scale for k in DROPOUTS}
-    return preset_config(family, preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, backwards=backwards,
-                         **dropouts)
+    return family.preset_config(preset, vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, backwards=backwards,
+                                **dropouts)
 
 
 def _check_options(vocab_size, batch_size, eval_fraction, min_freq, bptt, dropout_scale, ar, tar,

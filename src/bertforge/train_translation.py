@@ -274,7 +274,7 @@ def _config(family, preset: str, tokenizer, vectors, overrides: dict):
     if vectors is not None:
         sizes.update(source_vocab_size=tokenizer.source_vocab_size, word_dim=vectors[1].shape[1],
                      source_lowercase=tokenizer.lowercase)
-    return family.config(**{**family.presets[preset], **sizes, **overrides})
+    return family.preset_config(preset, **{**sizes, **overrides})
 
 
 class Validation:

@@ -183,6 +183,10 @@ class Family:
             return task.encoder_model(config, self)
         return resolve(self.task_model)(task, config)
 
+    def preset_config(self, preset: str, **fields):
+        """A new config of size `preset` (one of `presets`), with `fields` set."""
+        return self.config(**{**self.presets[preset], **fields})
+
     def build_masked_lm(self, config, **options):
         """The model of the family's masked-LM checkpoints (`masked_lm`), e.g. with `sentence="nsp"`."""
         return resolve(self.masked_lm)(config, **options)
