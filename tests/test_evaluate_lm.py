@@ -164,3 +164,15 @@ def test_evaluate_lm_refuses_a_model_without_a_language_model_head(tmp_path, cap
     assert main(["evaluate-lm", str(FIXTURES / fixture), str(tmp_path / "text.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "head in this checkpoint" in err and "evaluate-lm needs a pretraining" in err
+
+
+def test_a_masked_lm_checkpoint_is_read_once(tmp_path, monkeypatch):
+    # Which heads it has comes from the safetensors header; the tensors are read once, to load them.
+    import bertforge.formats.hf as hf
+
+    reads, real = [], hf.read_safetensors
+    monkeypatch.setattr(hf, "read_safetensors", lambda path: reads.append(Path(path).name) or real(path))
+    (tmp_path / "text.txt").write_text("the cat sat on the mat.\n\nthe dog ran in the park.\n")
+    result = evaluate_lm(str(FIXTURES / "bert"), [str(tmp_path / "text.txt")], max_seq_length=16)
+    assert reads == ["model.safetensors"] and "nsp_accuracy" in result and result["masked_tokens"] > 0
+    assert hf.weight_names(str(FIXTURES / "bert")) >= {"cls.predictions.bias", "cls.seq_relationship.weight"}

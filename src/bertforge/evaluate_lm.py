@@ -32,7 +32,7 @@ from .data.tokenizer import Tokenizer
 from .errors import BertforgeError
 from .families import family_of, resolve
 from .checkpoint import read_config
-from .formats.hf import head_keys, load_pretrained, read_weights
+from .formats.hf import head_keys, load_pretrained, weight_names
 from .load import Loaded, load
 from .pretrain_recurrent import word_documents
 from .training.trainer import evaluate
@@ -146,7 +146,7 @@ def masked_lm_scores(model_dir: str, config, family, files, max_seq_length: int,
                      seed: int, layout: str, text_field: str, cache_dir: str | None) -> dict:
     """A masked LM's masked-token accuracy and loss, and its sentence-pair accuracy: that head is
     scored only when the text has two documents or more (its negatives come from another one)."""
-    names = set(read_weights(model_dir, config.model_type)[0])
+    names = weight_names(model_dir)  # the heads it has, before the weights are read (once, below)
     if dict(head_keys(config.model_type)["mlm"])["bias"] not in names:  # the family's MLM head
         raise BertforgeError(f"{model_dir}: no masked-LM head in this checkpoint ({config.architectures[0]}); "
                              "evaluate-lm needs a pretraining checkpoint (…ForPreTraining or …ForMaskedLM)")

@@ -26,7 +26,7 @@ from ..families import Family, family_of, resolve
 from ..families.hf_layout import HFLayout
 from ..paths import inside
 from . import native
-from .tensors import check_finite, load_state, read_pickled, read_safetensors
+from .tensors import check_finite, load_state, read_pickled, read_safetensors, tensor_names
 
 def layout_of(config_or_type, family: Family | None = None) -> HFLayout:
     """The Hugging Face layout of a config's (or a `model_type`'s) family (see `families.hf_layout`);
@@ -145,14 +145,10 @@ def read_weights(directory: str, model_type: str = "bert", layout: HFLayout | No
     Accepts `model.safetensors`, a sharded `model.safetensors.index.json`, or `pytorch_model.bin`
     (read with `weights_only=True`). Returns the tensors and the file they came from.
     """
-    candidates = ["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"]
-    found = [name for name in candidates if os.path.exists(os.path.join(directory, name))]
-    if not found:
-        raise BertforgeError(f"{directory}: no weights file (expected one of {', '.join(candidates)})")
-    path = os.path.join(directory, found[0])
-    if found[0] == "model.safetensors":
+    path = weights_file(directory)
+    if path.endswith(".safetensors"):
         tensors = read_safetensors(path)
-    elif found[0].endswith(".index.json"):
+    elif path.endswith(".index.json"):
         tensors = {}
         for shard in shard_files(path):
             tensors.update(read_safetensors(shard))
@@ -165,16 +161,44 @@ def read_weights(directory: str, model_type: str = "bert", layout: HFLayout | No
     return canonical_names(tensors, path, model_type, layout), path
 
 
+def weights_file(directory: str) -> str:
+    """The file a checkpoint directory keeps its weights in, by the formats' order of preference."""
+    candidates = ["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"]
+    found = [name for name in candidates if os.path.exists(os.path.join(directory, name))]
+    if not found:
+        raise BertforgeError(f"{directory}: no weights file (expected one of {', '.join(candidates)})")
+    return os.path.join(directory, found[0])
+
+
+def weight_names(directory: str) -> set[str]:
+    """The names of a checkpoint directory's tensors as saved (a head's are `head_keys`'), read from
+    the safetensors headers (a shard index's map) without reading any tensor; an old pickled file
+    is read whole."""
+    path = weights_file(directory)
+    if path.endswith(".safetensors"):
+        names = set(tensor_names(path))
+    elif path.endswith(".index.json"):
+        names = set(_weight_map(path))
+    else:
+        names = set(read_pickled(path))
+    extra = os.path.join(directory, EXTRA_FILE)
+    return names | set(tensor_names(extra)) if os.path.exists(extra) else names
+
+
 def shard_files(index: str) -> list[str]:
     """The shards a `model.safetensors.index.json` names, each inside its folder (a name with `../`
     or an absolute one is refused before anything is read)."""
+    folder = os.path.dirname(index)
+    shards = [inside(folder, shard, index) for shard in _weight_map(index).values()]
+    return sorted(set(shards))
+
+
+def _weight_map(index: str) -> dict:
     content = _read_json(index)
     weight_map = content.get("weight_map") if isinstance(content, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise BertforgeError(f"{index}: no weight_map (a shard index maps each weight to its file)")
-    folder = os.path.dirname(index)
-    shards = [inside(folder, shard, index) for shard in weight_map.values()]
-    return sorted(set(shards))
+    return weight_map
 
 
 def canonical_names(tensors: dict[str, torch.Tensor], source: str, model_type: str = "bert",

@@ -29,6 +29,19 @@ def read_safetensors(path: str) -> dict[str, torch.Tensor]:
         raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
 
 
+def tensor_names(path: str) -> list[str]:
+    """The names of a safetensors file's tensors, from its header alone: no tensor is read."""
+    from safetensors import safe_open
+
+    if not os.path.isfile(path):
+        raise BertforgeError(f"{path}: {why_missing(path)}")
+    try:
+        with safe_open(path, framework="pt") as f:
+            return list(f.keys())
+    except Exception as e:  # SafetensorError and OSError: truncated, corrupt or unreadable
+        raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
+
+
 def read_pickled(path: str) -> dict[str, torch.Tensor]:
     """The tensors of an old `pytorch_model.bin`, read by `torch.load(weights_only=True)`, which
     refuses any object but tensors and plain containers: whatever else the pickle holds could run
