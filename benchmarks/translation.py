@@ -312,6 +312,10 @@ def quality(args, size: dict) -> dict:
         ours["overrides"] = {"dropout": args.dropout}
     if args.schedule != "inverse-sqrt":
         ours["schedule"] = args.schedule
+    if args.average is not None:  # also how many checkpoints the run keeps, for `windows` afterwards
+        ours["average"] = args.average
+    if args.save_every is not None:
+        ours["save_every"] = args.save_every
     if args.quick:
         ours.update(bleu_sentences=50, warmup=100)
     lr, warmup = translation_archs()["transformer"].schedule
@@ -662,6 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--lr", type=float, help="ours' peak rate (default: the arch's)")
     q.add_argument("--warmup", type=int, help="ours' warm-up steps (default: the arch's)")
     q.add_argument("--dropout", type=float, help="ours' dropout (default: the preset's)")
+    q.add_argument("--average", type=int, help="checkpoints averaged (of the run's last quarter) and kept "
+                   "(default: train-translation's 5)")
+    q.add_argument("--save-every", type=int, help="steps between checkpoints (default: every evaluation)")
     q.add_argument("--schedule", choices=["inverse-sqrt", "linear", "cosine"], default="inverse-sqrt",
                    help="ours' rate after the warm-up (train-translation --schedule)")
     s = commands.add_parser("speed", help="training steps and decoding, ours against transformers and CTranslate2")

@@ -1,6 +1,7 @@
-"""benchmarks/translation.py: every command its docstring quotes parses with the script's own
-parser, and the pure pieces (the pair argument, the peer's batches, the BLEU curve read from a run's
-metrics.jsonl, the tables) do what the reports say. The runs themselves take minutes (`speed --quick`
+"""benchmarks/translation.py and benchmarks/averaging.py: every command their docstrings quote parses
+with the script's own parser, and the pure pieces (the pair argument, the peer's batches, the BLEU
+curve read from a run's metrics.jsonl, the running means of checkpoints, the tables) do what the
+reports say. The runs themselves take minutes (`speed --quick`
 took 3 to 6 on two shared cores, in eleven processes), so they are not run here."""
 
 import argparse
@@ -112,3 +113,30 @@ def test_test_scores_and_the_quality_table(tmp_path):
     assert (f"| bertforge | bf16 | 10.0 | 1,200 | 5,000 | {all_['bleu']} / 100.0 | {all_['bleu_lc']} / 100.0 | "
             f"{all_['chrf']} / {first['chrf']} | 1,500 |") in table
     assert "| transformers | bf16 | 10.0 | 1,200 | - |" in table
+
+
+def test_running_means_are_the_means_of_the_newest_checkpoints():
+    import torch
+
+    averaging = pytest.importorskip("averaging")
+    states = [{"w": torch.full((2, 3), float(i)), "b": torch.tensor([i, 2.0 * i], dtype=torch.bfloat16)}
+              for i in (10, 4, 1, 7)]
+    means = dict(averaging.running_means(iter(states), {1, 3, 4}))
+    assert sorted(means) == [1, 3, 4]
+    assert torch.equal(means[1]["w"], states[0]["w"]) and means[3]["w"][0, 0].item() == 5.0
+    assert means[4]["w"][1, 2].item() == 5.5 and means[4]["b"].dtype == torch.bfloat16
+    assert means[4]["b"].tolist() == [5.5, 11.0]
+
+
+def test_the_averaging_table_chooses_the_window_on_validation():
+    averaging = pytest.importorskip("averaging")
+    score = lambda b: {"sentences": 1014, "bleu": b, "bleu_lc": b + 0.5, "chrf": 60.0}  # noqa: E731
+    rows = [{"count": 1, "steps": [9000, 9000], "valid": score(38.0), "test": score(37.0)},
+            {"count": 10, "steps": [6750, 9000], "valid": score(39.5), "test": score(38.2)},
+            {"count": 20, "steps": [4250, 9000], "valid": score(39.1), "test": score(39.0)}]
+    table = averaging.markdown(rows, "runs/x/ours")
+    assert "| 10 | 6,750-9,000 | 39.50 | 40.00 | 38.20 | 38.70 | 60.00 |" in table
+    assert "Chosen on validation BLEU: 10 (test lowercased 38.70)." in table
+    quoted = next(line.strip() for line in averaging.__doc__.splitlines() if line.strip().startswith("python "))
+    args = averaging.build_parser().parse_args(shlex.split(quoted)[2:])
+    assert (args.run, args.counts, args.pair) == ("runs/mt-avg/ours", [1, 5, 10, 20, 30], ("en", "de"))
