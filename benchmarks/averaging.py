@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"Multi30k not found at {os.path.join(DATA, 'multi30k')}")
     started = time.perf_counter()
     rows = windows(args.run, sorted(set(args.counts)), args.pair)
+    if not rows:
+        sys.exit(f"{args.run}: fewer checkpoints than the smallest of --counts")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "averaging.json"), "w", encoding="utf-8") as f:
         json.dump({"run": args.run, "rows": rows, "provenance": provenance(sys.argv)}, f, indent=2)
