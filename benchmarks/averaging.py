@@ -24,7 +24,9 @@ from translation import TEST, multi30k, pair_arg
 
 
 def step_of(directory: str) -> int:
-    return int(os.path.basename(directory).split("-")[1])
+    from bertforge.training.checkpoints import CHECKPOINT
+
+    return int(CHECKPOINT.match(os.path.basename(directory)).group(1))
 
 
 def running_means(states, counts):

@@ -19,25 +19,28 @@ def read_safetensors(path: str) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file; a missing, truncated or corrupt file is an error naming it."""
     from safetensors.torch import load_file
 
-    if not os.path.isfile(path):  # (safetensors says "No such device" of a directory)
-        raise BertforgeError(f"{path}: {why_missing(path)}")
-    try:
-        return load_file(path)
-    except FileNotFoundError:
-        raise BertforgeError(f"{path}: {why_missing(path)}") from None
-    except Exception as e:  # SafetensorError and OSError: truncated, corrupt or unreadable
-        raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
+    return _safetensors(path, load_file)
 
 
 def tensor_names(path: str) -> list[str]:
     """The names of a safetensors file's tensors, from its header alone: no tensor is read."""
     from safetensors import safe_open
 
-    if not os.path.isfile(path):
-        raise BertforgeError(f"{path}: {why_missing(path)}")
-    try:
+    def names(path: str) -> list[str]:
         with safe_open(path, framework="pt") as f:
             return list(f.keys())
+
+    return _safetensors(path, names)
+
+
+def _safetensors(path: str, read):
+    """`read(path)`, with a missing, truncated or corrupt file an error naming it."""
+    if not os.path.isfile(path):  # (safetensors says "No such device" of a directory)
+        raise BertforgeError(f"{path}: {why_missing(path)}")
+    try:
+        return read(path)
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: {why_missing(path)}") from None
     except Exception as e:  # SafetensorError and OSError: truncated, corrupt or unreadable
         raise BertforgeError(f"{path}: corrupted or truncated safetensors file ({e})") from None
 
