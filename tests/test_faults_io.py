@@ -164,7 +164,10 @@ def test_the_onnx_check_writes_nothing_in_the_users_home(tmp_path):
     output = helper.make_tensor_value_info("ids", TensorProto.FLOAT, ["batch", "sequence"])
     graph = helper.make_graph([helper.make_node("Cast", ["input_ids"], ["ids"], to=TensorProto.FLOAT)], "g", inputs,
                               [output])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(tmp_path / "m.onnx"))
+    # IR 10, what our exports write: make_model's default is the installed onnx's newest (14 with onnx
+    # 1.23), which an older onnxruntime (1.30, on a lent GPU machine) refuses to load
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(model, str(tmp_path / "m.onnx"))
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "ORT_DISABLE_TELEMETRY")}

@@ -35,7 +35,12 @@ def test_fill_mask_answers_as_the_command_does(models, capsys):
         assert answer.status_code == 200, answer.text
         masks = answer.json()["masks"]
         assert main(["fill-mask", models["mlm"], "a good [MASK]", "--top-k", "3", "--json"]) == 0
-        assert json.loads(capsys.readouterr().out) == masks
+        command = json.loads(capsys.readouterr().out)
+        # the same pieces; the same scores but for float rounding (a GPU may pick other kernels for the
+        # service's batch than for the command's: on an H200 they differed by 1e-7 of their size)
+        assert [[{k: v for k, v in m.items() if k != "score"} for m in row] for row in command] == \
+            [[{k: v for k, v in m.items() if k != "score"} for m in row] for row in masks]
+        assert [m["score"] for m in command[0]] == pytest.approx([m["score"] for m in masks[0]], rel=1e-5)
         assert len(masks) == 1 and len(masks[0]) == 3
         assert masks[0][0]["sequence"].startswith("a good")
         many = client.post("/fill-mask", json={"texts": ["a [MASK] film", "[MASK] great [MASK]"]}).json()

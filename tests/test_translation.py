@@ -421,7 +421,8 @@ def test_translate_in_bf16_and_int8_as_in_fp32(reverse_run, tmp_path, capsys, mo
     @contextlib.contextmanager
     def recording(net, precision):  # what the decoding ran in: autocast or not, the layers it had
         with real(net, precision):
-            seen[precision] = (torch.is_autocast_enabled("cpu"),
+            device = next(net.parameters()).device.type  # the GPU where one is visible (--device auto)
+            seen[precision] = (torch.is_autocast_enabled(device),
                                any(isinstance(m, quantize.Int8Linear) for m in net.modules()))
             yield
 
