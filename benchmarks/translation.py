@@ -668,7 +668,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--warmup", type=int, help="ours' warm-up steps (default: the arch's)")
     q.add_argument("--dropout", type=float, help="ours' dropout (default: the preset's)")
     q.add_argument("--label-smoothing", type=float, help="ours' (default: train-translation's 0.1)")
-    q.add_argument("--batch-tokens", type=int, help="ours' padded tokens a batch per side (default: train-translation's 4,096)")
+    q.add_argument("--batch-tokens", type=int,
+                   help="ours' padded tokens a batch per side (default: train-translation's 4,096)")
     q.add_argument("--average", type=int, help="checkpoints averaged (of the run's last quarter) and kept "
                    "(default: train-translation's 5)")
     q.add_argument("--save-every", type=int, help="steps between checkpoints (default: every evaluation)")
