@@ -1,11 +1,13 @@
-"""What the speed suite (speed.py) and its inference peers (peers.py) share: where the data is, the
-SST-2 sentences they time, and a process's peak memory."""
+"""What the speed suite (speed.py), its inference peers (peers.py) and the translation benchmark
+share: where the data is, the SST-2 sentences they time, the machine's matrix-product peak, a
+process's peak memory, and the provenance line."""
 
 from __future__ import annotations
 
 import os
 import resource
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "data"))
@@ -38,6 +40,32 @@ def cpu_has_bf16() -> bool:
     import torch
 
     return getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+
+
+def matmul_peak() -> dict:
+    """Best GFLOP/s of square matrix products in bf16 and fp32 (the machine's practical peak): in fp32
+    the better of `a @ b` (MKL) and oneDNN's product, both in PyTorch (on an AMD processor with
+    AVX-512, MKL runs its AVX2 code at half oneDNN's speed: see src/bertforge/nn/linear.py)."""
+    import torch
+
+    def onednn(a, b):
+        return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+
+    out = {}
+    for dtype in (torch.bfloat16, torch.float32) if cpu_has_bf16() else (torch.float32,):
+        best = 0.0
+        products = [torch.matmul] + ([onednn] if dtype == torch.float32 and torch.backends.mkldnn.is_available() else [])
+        for n, product in ((n, p) for n in (1024, 2048) for p in products):
+            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+            for _ in range(2):
+                product(a, b)
+            reps = 5
+            start = time.perf_counter()
+            for _ in range(reps):
+                product(a, b)
+            best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - start) / 1e9)
+        out[str(dtype).removeprefix("torch.")] = round(best, 1)
+    return out
 
 
 def provenance(argv: list[str]) -> dict:

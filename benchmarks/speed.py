@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from harness import DATA, peak_rss_mb, save_table, sst2_sentences
+from harness import DATA, cpu_has_bf16, matmul_peak, peak_rss_mb, save_table, sst2_sentences
 
 PRESETS = ["bert-mini", "bert-small", "bert-base"]
 STEPS = {"bert-mini": (3, 10), "bert-small": (2, 6), "bert-base": (1, 3)}  # (warm-up, timed) steps
@@ -54,46 +54,13 @@ GPT_VOCAB = 40478  # GPT-1's BPE
 # ---- measurements, each run in a child process ------------------------------------------------------
 
 
-def has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (the trainer's own test for "auto")."""
-    import torch
-
-    return getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-
-
 def ours_autocast():
     """bf16 autocast where the hardware has it, else fp32 (what bertforge's "auto" precision does)."""
     import contextlib
 
     import torch
 
-    return torch.autocast("cpu", dtype=torch.bfloat16) if has_bf16() else contextlib.nullcontext()
-
-
-def matmul_peak() -> dict:
-    """Best GFLOP/s of square matrix products in bf16 and fp32 (the machine's practical peak): in fp32
-    the better of `a @ b` (MKL) and oneDNN's product, both in PyTorch (on an AMD processor with
-    AVX-512, MKL runs its AVX2 code at half oneDNN's speed: see src/bertforge/nn/linear.py)."""
-    import torch
-
-    def onednn(a, b):
-        return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
-
-    out = {}
-    for dtype in (torch.bfloat16, torch.float32) if has_bf16() else (torch.float32,):
-        best = 0.0
-        products = [torch.matmul] + ([onednn] if dtype == torch.float32 and torch.backends.mkldnn.is_available() else [])
-        for n, product in ((n, p) for n in (1024, 2048) for p in products):
-            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-            for _ in range(2):
-                product(a, b)
-            reps = 5
-            start = time.perf_counter()
-            for _ in range(reps):
-                product(a, b)
-            best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - start) / 1e9)
-        out[str(dtype).removeprefix("torch.")] = round(best, 1)
-    return out
+    return torch.autocast("cpu", dtype=torch.bfloat16) if cpu_has_bf16() else contextlib.nullcontext()
 
 
 def training_flops_per_token(config, tokens_per_row: int, predicted_share: float, transform: bool = True) -> float:
@@ -632,7 +599,7 @@ def main() -> None:
     report = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__,
                           "matmul_gflop_per_s": child("peak")}}
     peak = report["machine"]["matmul_gflop_per_s"]
-    bf16 = report["machine"]["bf16"] = has_bf16()
+    bf16 = report["machine"]["bf16"] = cpu_has_bf16()
     ours_precision = "bf16" if bf16 else "fp32"
     print(f"matmul peak: bf16 {peak.get('bfloat16', 'not supported: ours runs in fp32')} GFLOP/s, "
           f"fp32 {peak['float32']} GFLOP/s", flush=True)

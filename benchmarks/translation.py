@@ -19,9 +19,11 @@ speed    in one sitting, each measurement in its own process, in turn: the train
          greedy decoding of 500 test sentences in batches of 64 on the same weights, fp32: ours
          (`translate`), `MarianMTModel.generate` on our exported directory, and CTranslate2 on its
          conversion when `ctranslate2` imports: its own length-sorted batches of 32, as its users
-         run it ("ctranslate2"), and of 64, as ours ("ctranslate2-64"). Peak resident memory of
-         each process. The weights are --model, else a model trained here first for
-         --train-minutes.
+         run it ("ctranslate2"), and of 64, as ours ("ctranslate2-64"); int8 against CTranslate2's
+         int8, and ours in bf16. Peak resident memory of each process, and each side's share of
+         the machine's matrix-product peak in its precision (the model's FLOPs, mt_flops.py, a
+         second over the best square product, measured first in the same run). The weights are
+         --model, else a model trained here first for --train-minutes.
 --quick  shrinks everything (1 minute, 50 test sentences, the mt-tiny preset) to check the script.
 
     python benchmarks/translation.py quality --pair en-de --minutes 60 --out runs/mt-quality
@@ -52,7 +54,8 @@ import subprocess
 import sys
 import time
 
-from harness import DATA, cpu_has_bf16, peak_rss_mb, provenance, provenance_line
+from harness import DATA, cpu_has_bf16, matmul_peak, peak_rss_mb, provenance, provenance_line
+from mt_flops import decoding_flops, training_flops
 
 LANGS = ("en", "de", "fr", "cs")
 TEST = "test_2016_flickr"
@@ -378,6 +381,16 @@ def real_batches(model_dir: str, pair: tuple[str, str], count: int) -> list[dict
     return [data.collate([data.pairs[i] for i in data.train_batches[b]]) for b in data.epoch_order(0)[:count]]
 
 
+def model_config(model_dir: str) -> dict:
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def pair_lengths(batch: dict) -> list[tuple[int, int]]:
+    """Each pair's real (source, target) tokens in a batch `TokenBatches.collate` made."""
+    return list(zip(batch["source_mask"].sum(1).tolist(), (batch["target_out"] != -100).sum(1).tolist()))
+
+
 def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, timed: str) -> dict:
     """Child: target tokens/s of training steps (forward, backward, clip at 1.0, fused AdamW) over
     the same real batches, from freshly initialised weights of the model's size."""
@@ -386,6 +399,8 @@ def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, 
     torch.manual_seed(0)
     warm, timed = int(warm), int(timed)
     batches = real_batches(model_dir, pair_arg(pair), warm + timed)
+    config = model_config(model_dir)
+    flops = sum(training_flops(config, pair_lengths(b)) for b in batches[warm:])
     if impl == "ours":
         from bertforge.load import load
         from bertforge.families.marian.model import Transformer
@@ -424,7 +439,7 @@ def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, 
         seconds.append(time.perf_counter() - start)
     tokens = sum(b["counts"]["mt"] for b in batches[warm:])
     return {"tokens_per_s": tokens / sum(seconds[warm:]), "timed_steps": timed, "target_tokens": tokens,
-            "peak_rss_mb": peak_rss_mb()}
+            "model_gflop_per_s": flops / sum(seconds[warm:]) / 1e9, "peak_rss_mb": peak_rss_mb()}
 
 
 def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hyp_path: str, ct2_dir: str = "",
@@ -441,7 +456,9 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
     from bertforge.data.parallel import TranslationTokenizer
 
     beam, sentences = int(beam), [s for s, _ in multi30k(TEST, pair_arg(pair))[:int(count)]]
-    longest = max(len(ids) for ids in TranslationTokenizer.from_pretrained(model_dir).encode_batch(sentences))
+    pieces = TranslationTokenizer.from_pretrained(model_dir)
+    sources = pieces.encode_batch(sentences)
+    longest = max(len(ids) for ids in sources)
     limit = min(int(1.5 * longest + 10), 511)  # within 512 positions, the start token included
     if impl == "ours":
         from bertforge.load import load
@@ -471,7 +488,10 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
     seconds = time.perf_counter() - start
     with open(hyp_path, "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in hyps)
+    # each translation's pieces with its </s> (the encoding adds it), as many as the steps that made it
+    lengths = [(len(s), min(len(o), limit)) for s, o in zip(sources, pieces.encode_batch(hyps))]
     return {"sentences_per_s": len(sentences) / seconds, "seconds": seconds, "threads": torch.get_num_threads(),
+            "model_gflop_per_s": decoding_flops(model_config(model_dir), lengths, beam) / seconds / 1e9,
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -543,15 +563,16 @@ def speed(args, size: dict) -> dict:
 
     model_dir = speed_model(args, size)
     pair, rounds = "-".join(args.pair), 1 if args.quick else 2
+    peak = child("peak")  # GFLOP/s, before the others, in a process of its own
     warm, timed = ("1", "2") if args.quick else ("3", str(args.steps))
     rows = []
     step_precisions = ["fp32"] + (["bf16"] if cpu_has_bf16() else [])
     for precision in step_precisions if "step" in args.cases else []:
         best = alternate(["ours", "transformers"], rounds, "step", precision, model_dir, pair, warm, timed)
         rows += speed_rows(f"training step, {pair} batches of {MAX_TOKENS:,} tokens ({timed} timed)", precision,
-                           best, "target tokens")
+                           best, "target tokens", peak)
     if "decode" not in args.cases:
-        return {"pair": pair, "model": model_dir, "rounds": rounds, "rows": rows}
+        return {"pair": pair, "model": model_dir, "rounds": rounds, "peak": peak, "rows": rows}
     ct2_dir = os.path.join(args.out, "ctranslate2")
     ct2_missing = convert_ct2(model_dir, ct2_dir)
     count = str(size["sentences"] if args.quick else args.sentences)
@@ -575,11 +596,12 @@ def speed(args, size: dict) -> dict:
                 best[impl]["same_as_ours"] = sum(a == b for a, b in zip(ours, theirs)) / len(ours)  # ours in fp32
                 best[impl]["mean_words"] = round(sum(len(h.split()) for h in theirs) / len(theirs), 1)
                 best[impl]["bleu"] = corpus_scores(theirs, references)["bleu"]
-            rows += speed_rows(f"{name} decoding, {count} test sentences, batches of 64", precision, best, "sentences")
+            rows += speed_rows(f"{name} decoding, {count} test sentences, batches of 64", precision, best, "sentences",
+                               peak)
             if ct2_missing and "ctranslate2" in planned:
                 rows.append({"case": rows[-1]["case"], "impl": "ctranslate2", "precision": precision,
                              "note": ct2_missing})
-    return {"pair": pair, "model": model_dir, "rounds": rounds, "rows": rows}
+    return {"pair": pair, "model": model_dir, "rounds": rounds, "peak": peak, "rows": rows}
 
 
 def alternate(impls: list[str], rounds: int, kind: str, *args: str) -> dict:
@@ -596,13 +618,21 @@ def _lines(path: str) -> list[str]:
         return f.read().splitlines()
 
 
-def speed_rows(case: str, precision: str, results: dict, unit: str) -> list[dict]:
-    """One row per implementation, with ours ÷ this (the same precision in every row of a case)."""
-    key = next(k for k in results["ours"] if k.endswith("_per_s"))
+# the matrix-product peak (harness.matmul_peak's keys) each precision's products run at; int8 has none measured
+PEAK_OF = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def speed_rows(case: str, precision: str, results: dict, unit: str, peak: dict | None = None) -> list[dict]:
+    """One row per implementation, with ours ÷ this (the same precision in every row of a case) and
+    its model FLOPs a second as a share of the machine's `peak` GFLOP/s in that precision."""
+    key = next(k for k in results["ours"] if k.endswith("_per_s") and k != "model_gflop_per_s")
+    floor = (peak or {}).get(PEAK_OF.get(precision))
     rows = []
     for impl, r in results.items():
         row = {"case": case, "impl": impl, "precision": precision, "unit": unit, "per_s": round(r[key], 1),
                "ours_vs_this": round(results["ours"][key] / r[key], 2), "peak_mb": round(r["peak_rss_mb"])}
+        if floor and "model_gflop_per_s" in r:
+            row["share_of_peak"] = round(r["model_gflop_per_s"] / floor, 3)
         row.update({k: r[k] for k in ("same_as_ours", "mean_words", "bleu") if k in r})
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -611,12 +641,13 @@ def speed_rows(case: str, precision: str, results: dict, unit: str) -> list[dict
 
 def speed_markdown(report: dict) -> str:
     lines = [f"Weights: {report['model']}; the better of {report['rounds']} round(s), each implementation in its "
-             "own process.", "", "| case | implementation | precision | throughput | ours ÷ this | peak MB | notes |",
-             "|---|---|---|---|---|---|---|"]
+             "own process.", "", "| case | implementation | precision | throughput | ours ÷ this | share of the "
+             "matmul peak | peak MB | notes |", "|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         if "note" in r:
-            lines.append(f"| {r['case']} | {r['impl']} | {r['precision']} | - | - | - | {r['note']} |")
+            lines.append(f"| {r['case']} | {r['impl']} | {r['precision']} | - | - | - | - | {r['note']} |")
             continue
+        share = f"{100 * r['share_of_peak']:.1f}%" if "share_of_peak" in r else "-"
         notes = []
         if "same_as_ours" in r and (r["impl"] != "ours" or r["precision"] != "fp32"):
             notes.append(f"same translation as ours in fp32 {100 * r['same_as_ours']:.1f}%")
@@ -625,12 +656,18 @@ def speed_markdown(report: dict) -> str:
         if "mean_words" in r:
             notes.append(f"{r['mean_words']} words per translation")
         lines.append(f"| {r['case']} | {r['impl']} | {r['precision']} | {r['per_s']:,} {r['unit']}/s | "
-                     f"{r['ours_vs_this']:.2f}x | {r['peak_mb']:,} | {'; '.join(notes)} |")
+                     f"{r['ours_vs_this']:.2f}x | {share} | {r['peak_mb']:,} | {'; '.join(notes)} |")
     lines += ["", "Training: freshly initialised weights of the model's size, forward + backward + clip at 1.0 + "
               "fused AdamW; transformers' loss over logits at every target position (padding included), ours at real "
               "ones. Decoding: generate(num_beams=k, early_stopping=True for beams, bad_words_ids=[[pad]]) on our "
               "exported directory, CTranslate2 on its conversion of the same directory; every implementation stops a "
               "translation at 1.5 x the longest source + 10 tokens."]
+    peak = report.get("peak") or {}
+    measured = ", ".join(f"{p} {peak[k]:,} GFLOP/s" for p, k in PEAK_OF.items() if k in peak)
+    lines += ["", "Share of the matmul peak: the model's FLOPs a second (benchmarks/mt_flops.py: its matrix products "
+              "at real tokens; a decoding's beam rows for each translation's pieces) over this machine's best square "
+              f"matrix product in that precision, measured in the same run ({measured or 'not measured'}); int8 has "
+              "no peak measured."]
     return "\n".join(lines)
 
 
@@ -648,7 +685,7 @@ def child(kind: str, *args: str, echo: bool = False) -> dict:
     return json.loads(lines[-1])
 
 
-CHILDREN = {"quality-ours": lambda s: quality_ours(json.loads(s)),
+CHILDREN = {"quality-ours": lambda s: quality_ours(json.loads(s)), "peak": matmul_peak,
             "quality-peer": lambda s: quality_peer(json.loads(s)), "step": step_child, "decode": decode_child}
 
 

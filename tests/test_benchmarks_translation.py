@@ -1,7 +1,7 @@
 """benchmarks/translation.py and benchmarks/averaging.py: every command their docstrings quote parses
 with the script's own parser, and the pure pieces (the pair argument, the peer's batches, the BLEU
-curve read from a run's metrics.jsonl, the running means of checkpoints, the tables) do what the
-reports say. The runs themselves take minutes (`speed --quick`
+curve read from a run's metrics.jsonl, the running means of checkpoints, the tables, the model FLOPs
+of mt_flops.py) do what the reports say. The runs themselves take minutes (`speed --quick`
 took 3 to 6 on two shared cores, in eleven processes), so they are not run here."""
 
 import argparse
@@ -78,17 +78,20 @@ def test_speed_rows_compare_against_ours_and_name_what_is_missing():
                         "bleu": 15.5},
                "transformers": {"sentences_per_s": 12.0, "peak_rss_mb": 700.0, "same_as_ours": 0.98,
                                 "mean_words": 12.1, "bleu": 15.25}}
-    rows = translation.speed_rows("beam 5", "fp32", results, "sentences")
-    assert [(r["impl"], r["ours_vs_this"], r["peak_mb"]) for r in rows] == [("ours", 1.0, 400),
-                                                                            ("transformers", 2.5, 700)]
+    results["ours"]["model_gflop_per_s"], results["transformers"]["model_gflop_per_s"] = 50.0, 20.0
+    peak = {"bfloat16": 400.0, "float32": 200.0}
+    rows = translation.speed_rows("beam 5", "fp32", results, "sentences", peak)
+    assert [(r["impl"], r["ours_vs_this"], r["peak_mb"], r["share_of_peak"]) for r in rows] == [
+        ("ours", 1.0, 400, 0.25), ("transformers", 2.5, 700, 0.1)]
     rows.append({"case": "beam 5", "impl": "ctranslate2", "precision": "fp32", "note": "not installed"})
-    table = translation.speed_markdown({"model": "m", "rounds": 2, "rows": rows})
-    assert "| beam 5 | transformers | fp32 | 12.0 sentences/s | 2.50x | 700 | same translation as ours in fp32 98.0%; " \
-           "sacreBLEU 15.25; 12.1 words per translation |" in table
-    int8 = translation.speed_rows("beam 5", "int8", {"ours": results["ours"]}, "sentences")
-    assert "| beam 5 | ours | int8 | 30.0 sentences/s | 1.00x | 400 | same translation as ours in fp32 100.0%; " \
+    table = translation.speed_markdown({"model": "m", "rounds": 2, "peak": peak, "rows": rows})
+    assert "| beam 5 | transformers | fp32 | 12.0 sentences/s | 2.50x | 10.0% | 700 | same translation as ours in " \
+           "fp32 98.0%; sacreBLEU 15.25; 12.1 words per translation |" in table
+    assert "(fp32 200.0 GFLOP/s, bf16 400.0 GFLOP/s)" in table
+    int8 = translation.speed_rows("beam 5", "int8", {"ours": results["ours"]}, "sentences", peak)
+    assert "| beam 5 | ours | int8 | 30.0 sentences/s | 1.00x | - | 400 | same translation as ours in fp32 100.0%; " \
            "sacreBLEU 15.50" in translation.speed_markdown({"model": "m", "rounds": 2, "rows": int8})
-    assert "| beam 5 | ctranslate2 | fp32 | - | - | - | not installed |" in table
+    assert "| beam 5 | ctranslate2 | fp32 | - | - | - | - | not installed |" in table
 
 
 def test_test_scores_and_the_quality_table(tmp_path):
@@ -140,3 +143,45 @@ def test_the_averaging_table_chooses_the_window_on_validation():
     quoted = next(line.strip() for line in averaging.__doc__.splitlines() if line.strip().startswith("python "))
     args = averaging.build_parser().parse_args(shlex.split(quoted)[2:])
     assert (args.run, args.counts, args.pair) == ("runs/mt-avg/ours", [1, 5, 10, 20, 30], ("en", "de"))
+
+
+def _counted(run) -> int:
+    """The FLOPs of the matrix products `run` makes, attention written out as products (PyTorch's
+    counter has no rule for the CPU's fused attention)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        run()
+    return counter.get_total_flops()
+
+
+def test_the_model_flops_are_the_products_the_model_makes(monkeypatch):
+    """mt_flops against PyTorch's own count of our Transformer's products: a training step's forward
+    and backward on pairs without padding, and greedy and beam decodings run to the length limit."""
+    import torch
+
+    import mt_flops
+    from bertforge.families.marian.config import MarianConfig
+    from bertforge.families.marian.model import Transformer
+    from bertforge.nn import linear
+    from bertforge.translate import DecodeOptions, decode
+
+    config = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+                  decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=48, vocab_size=100,
+                  pad_token_id=99, decoder_start_token_id=99, eos_token_id=0)
+    torch.manual_seed(0)
+    model = Transformer(MarianConfig(**config))
+    source, target = torch.randint(1, 98, (3, 8)), torch.randint(1, 98, (3, 8))
+    mask = torch.ones(3, 8, dtype=torch.bool)
+    step = lambda: model.logits(model.decode(target, model.encode(source, mask), mask)).sum().backward()  # noqa: E731
+    assert _counted(step) == mt_flops.training_flops(config, [(8, 8)] * 3)
+
+    monkeypatch.setattr(linear, "fp32_kernel", lambda: "mkl")  # PyTorch counts F.linear, not oneDNN's call
+    model.eval().final_logits_bias[..., config["eos_token_id"]] = -1e4  # no </s>: every row runs to the limit
+    for beam in (1, 4):
+        found = []
+        counted = _counted(lambda: found.extend(decode(model, source[:1], mask[:1], DecodeOptions(
+            beam=beam, max_len_a=0.0, max_len_b=6))))
+        assert len(found[0]) == 6 and counted == mt_flops.decoding_flops(config, [(8, 6)], beam)
