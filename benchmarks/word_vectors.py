@@ -3,7 +3,9 @@
 Each side runs in its own process, one after the other, on the same words (the corpus read and split
 by bertforge's reader: Gutenberg boilerplate removed, paragraphs, lowercased words):
 - ours: `bertforge word-vectors` (GloVe: window 10, min count 5, frequent words subsampled at 1e-3,
-  x_max 10, AdaGrad 0.2) with --dim, --epochs and --subsample, counting included in its time;
+  x_max 10, AdaGrad 0.2) with --dim, --epochs and --subsample, counting included in its time, scored
+  twice: the vectors it writes by default (word + context) and the same fit's word vectors alone
+  (`--vectors word`, written by resuming a copy of the finished run);
 - gensim's Word2Vec with its defaults (CBOW, window 5, min count 5, negative 5, 5 epochs, 3 workers)
   at --dim, on the same word lists held in memory (its time is its training; reading and
   splitting the corpus, which ours includes, is timed apart);
@@ -29,6 +31,7 @@ a quiet machine. Needs the shared data (../shared/data/corpus/gutenberg) and gen
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -52,11 +55,17 @@ def corpus_files(quick: bool) -> list[str]:
 def run_ours(out: str, dim: int, epochs: int, subsample: float, quick: bool, seed: int = 0) -> dict:
     from bertforge.word_vectors import GloveOptions, train_word_vectors
 
-    path = os.path.join(out, "glove.txt")
+    path, word_path = os.path.join(out, "glove.txt"), os.path.join(out, "glove-word.txt")
+    options = GloveOptions(dim=dim, epochs=epochs, subsample=subsample, seed=seed)
     start = time.perf_counter()
-    summary = train_word_vectors(corpus_files(quick), path, GloveOptions(dim=dim, epochs=epochs, subsample=subsample,
-                                                                                 seed=seed), progress=False)
-    return {"seconds": round(time.perf_counter() - start, 1), "vectors": path, "summary": summary,
+    summary = train_word_vectors(corpus_files(quick), path, options, progress=False)
+    seconds = round(time.perf_counter() - start, 1)
+    # the same fit's word vectors alone (`--vectors word`): a copy of the finished run resumed, nothing to train
+    shutil.rmtree(word_path + ".run", ignore_errors=True)
+    shutil.copytree(path + ".run", word_path + ".run")
+    train_word_vectors(corpus_files(quick), word_path, dataclasses.replace(options, vectors="word"), resume=True,
+                       progress=False)
+    return {"seconds": seconds, "vectors": path, "word_vectors": word_path, "summary": summary,
             "peak_mb": round(peak_rss_mb()), "subsample": subsample, "seed": seed}
 
 
@@ -120,14 +129,18 @@ def table(report: dict) -> str:
                             "{workers} workers): training (+ {} s reading)"}
     rows = ["| | time | peak MB | words | WordSim-353 (Spearman) | analogies: all / semantic / syntactic |",
             "|---|---|---|---|---|---|"]
+    def row(name, seconds, peak, words, s):
+        rows.append(f"| {name} | {seconds} | {peak} | {words:,} | {s['wordsim353']:.3f} ({s['wordsim_pairs']} pairs) "
+                    f"| {s['analogy']:.1%} / {s['semantic']:.1%} / {s['syntactic']:.1%} ({s['answered']:,} answered) |")
+
     for side in [k for k in names if k in report]:
         r = report[side]
         words = r["summary"]["words"] if side == "ours" else r["words"]
         name = names[side] if side == "ours" else names[side].format(r["read_seconds"], **r.get("settings", {}))
-        s = r["scores"]
-        rows.append(f"| {name} | {r['seconds']} s | {r['peak_mb']:,} | {words:,} | {s['wordsim353']:.3f} "
-                    f"({s['wordsim_pairs']} pairs) | {s['analogy']:.1%} / {s['semantic']:.1%} / {s['syntactic']:.1%} "
-                    f"({s['answered']:,} answered) |")
+        row(f"{name}: word + context vectors (the default)" if side == "ours" else name, f"{r['seconds']} s",
+            f"{r['peak_mb']:,}", words, r["scores"])
+        if side == "ours" and "word_scores" in r:
+            row("the same fit, its word vectors alone (`--vectors word`)", "-", "-", words, r["word_scores"])
     return "\n".join(rows)
 
 
@@ -166,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {side: child(side, [args.out, *flags]) for side in sides}
     for side in sides:
         report[side]["scores"] = child("scores", [report[side]["vectors"]])
+    report["ours"]["word_scores"] = child("scores", [report["ours"]["word_vectors"]])
     origin = provenance(sys.argv if argv is None else [sys.argv[0], *argv])
     report["provenance"] = origin
     with open(os.path.join(args.out, "word_vectors.json"), "w") as f:

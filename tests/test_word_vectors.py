@@ -212,6 +212,29 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     np.testing.assert_array_equal(read_vectors(parts)[1], read_vectors(whole)[1])
 
 
+def test_the_word_vectors_alone_are_w_of_the_same_fit(tmp_path, capsys):
+    """--vectors word writes w (GloVe's -model 1), the default w + c (-model 2); resuming a finished
+    run with the other choice trains nothing and writes the other vectors of the same fit."""
+    from safetensors.numpy import load_file
+
+    topic_corpus(tmp_path / "corpus.txt")
+    corpus, out = str(tmp_path / "corpus.txt"), str(tmp_path / "v.txt")
+    options = dict(dim=6, epochs=3, batch_size=16)
+    train_word_vectors(corpus, out, GloveOptions(**options), progress=False)
+    state = load_file(os.path.join(out + ".run", "state.safetensors"))
+    text = dict(rtol=0, atol=1e-6)  # GloVe's text format holds 6 decimals
+    np.testing.assert_allclose(read_vectors(out)[1], state["w"] + state["c"], **text)
+    again = train_word_vectors(corpus, out, GloveOptions(**options, vectors="word"), resume=True, progress=False)
+    assert again["epochs"] == 3 and again["status"] == "done"
+    np.testing.assert_allclose(read_vectors(out)[1], state["w"], **text)
+    np.testing.assert_array_equal(load_file(os.path.join(out + ".run", "state.safetensors"))["w"], state["w"])
+    with pytest.raises(BertforgeError, match="--vectors must be one of sum, word, got 'context'"):
+        GloveOptions(vectors="context")
+    with pytest.raises(SystemExit) as stopped:  # argparse's own error for a value outside the choices
+        main(["word-vectors", "--corpus", corpus, "--output", str(tmp_path / "w.txt"), "--vectors", "both"])
+    assert stopped.value.code == 2 and "invalid choice: 'both'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["v.txt", "v.vec", "v.bin"])
 def test_formats_round_trip(tmp_path, name):
     words = ["the", "naïve", "café", "x"]

@@ -34,6 +34,10 @@ def add_command(commands) -> None:
                    "are written when it ends")
     p.add_argument("--layout", choices=["auto", "lines", "prose"], default="auto",
                    help="lines: one sentence per line; prose: paragraphs (the window never crosses either)")
+    p.add_argument("--vectors", choices=["sum", "word"], default="sum",
+                   help="what is written: sum, word + context vectors (GloVe's -model 2: the better for word "
+                        "similarity); word, word vectors alone (-model 1: the better for analogies); --resume may "
+                        "change it")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation and the shuffling")
     p.add_argument("--resume", action="store_true", help="continue the run of OUT from OUT.run/")
     p.set_defaults(func=run)
