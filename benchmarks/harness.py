@@ -1,6 +1,6 @@
 """What the speed suite (speed.py), its inference peers (peers.py) and the translation benchmark
-share: where the data is, the SST-2 sentences they time, the machine's matrix-product peak, a
-process's peak memory, and the provenance line."""
+share: where the data is, the SST-2 sentences they time, the machine's matrix-product peak and an
+encoder's FLOPs, a process's peak memory, and the provenance line."""
 
 from __future__ import annotations
 
@@ -66,6 +66,15 @@ def matmul_peak() -> dict:
             best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - start) / 1e9)
         out[str(dtype).removeprefix("torch.")] = round(best, 1)
     return out
+
+
+def encoder_flops(config: dict, lengths: list[int]) -> float:
+    """Forward FLOPs of a BERT encoder (its config.json) over sentences of `lengths` real tokens: the
+    matrix products it needs, 2 a multiply-add (the four attention projections, the feed-forward
+    pair, attention's two products over the sentence); no head. The same number for every
+    implementation, so that each one's share of the matrix-product peak compares."""
+    H, I, L = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    return L * sum(n * 2 * (4 * H * H + 2 * H * I) + 2 * 2 * n * n * H for n in lengths)
 
 
 def provenance(argv: list[str]) -> dict:

@@ -29,7 +29,7 @@ import os
 import time
 
 import numpy as np
-from harness import DATA, peak_rss_mb, sst2_sentences
+from harness import DATA, encoder_flops, peak_rss_mb, sst2_sentences
 
 BATCH = 32
 MAX_LENGTH = 128
@@ -328,6 +328,16 @@ def timed(run, texts: list[str]) -> tuple[np.ndarray, float]:
     return out, time.perf_counter() - start
 
 
+def model_gflops(directory: str, texts: list[str]) -> float:
+    """The encoder's forward FLOPs (harness.encoder_flops) over `texts` at their real lengths, as every
+    implementation here cuts them (the fast tokenizer, at most MAX_LENGTH tokens), in GFLOP."""
+    from transformers import AutoTokenizer
+
+    lengths = [len(x) for x in AutoTokenizer.from_pretrained(directory)(texts, truncation=True,
+                                                                         max_length=MAX_LENGTH)["input_ids"]]
+    return encoder_flops(_config(directory), lengths) / 1e9
+
+
 def embed_child(impl: str, directory: str, work: str, out_path: str) -> dict:
     import torch
 
@@ -335,7 +345,8 @@ def embed_child(impl: str, directory: str, work: str, out_path: str) -> dict:
     texts, _ = sst2_sentences(4000, seed=2)
     vectors, seconds = timed(build(impl, directory, work, classifier=False), texts)
     np.save(out_path, vectors)
-    return {"sentences_per_s": len(texts) / seconds, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}
+    return {"sentences_per_s": len(texts) / seconds, "seconds": seconds, "peak_rss_mb": peak_rss_mb(),
+            "model_gflop_per_s": model_gflops(directory, texts) / seconds}
 
 
 def classify_child(impl: str, directory: str, work: str, out_path: str) -> dict:
@@ -352,6 +363,7 @@ def classify_child(impl: str, directory: str, work: str, out_path: str) -> dict:
         best = min(best, seconds)
     np.save(out_path, logits)
     return {"sentences_per_s": len(texts) / best, "seconds": best, "peak_rss_mb": peak_rss_mb(),
+            "model_gflop_per_s": model_gflops(directory, texts) / best,
             "dev_accuracy": round(100 * float((logits.argmax(1) == gold).mean()), 2)}
 
 

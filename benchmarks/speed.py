@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from harness import DATA, cpu_has_bf16, matmul_peak, peak_rss_mb, save_table, sst2_sentences
+from harness import DATA, cpu_has_bf16, encoder_flops, matmul_peak, peak_rss_mb, save_table, sst2_sentences
 
 PRESETS = ["bert-mini", "bert-small", "bert-base"]
 STEPS = {"bert-mini": (3, 10), "bert-small": (2, 6), "bert-base": (1, 3)}  # (warm-up, timed) steps
@@ -447,16 +447,18 @@ def finetune_child(impl: str) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return int(batch["attention_mask"].sum())
+        return batch["attention_mask"].sum(1).tolist()  # each row's real tokens
 
     for _ in range(warm):
         step()
-    start, sentences, tokens = time.perf_counter(), 0, 0
-    while sentences < 2048:
-        tokens += step()
-        sentences += batch_size
+    start, lengths = time.perf_counter(), []
+    while len(lengths) < 2048:
+        lengths += step()
     seconds = time.perf_counter() - start
-    return {"sentences_per_s": sentences / seconds, "tokens_per_s": tokens / seconds, "peak_rss_mb": peak_rss_mb()}
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+        flops = 3 * encoder_flops(json.load(f), lengths)  # forward, and backward's two products for each
+    return {"sentences_per_s": len(lengths) / seconds, "tokens_per_s": sum(lengths) / seconds,
+            "model_gflop_per_s": flops / seconds / 1e9, "peak_rss_mb": peak_rss_mb()}
 
 
 def accuracy_child(impl: str, work: str) -> dict:
@@ -621,7 +623,7 @@ def main() -> None:
                 row["vs_default"] = round(r[key] / results[default][key], 2) if default in results else None
             elif precision[impl] in ours_at:
                 row["ours_vs_this"] = round(ours_at[precision[impl]] / r[key], 2)
-            if "model_gflop_per_s" in r:
+            if "model_gflop_per_s" in r and precision[impl] != "int8":  # no int8 peak is measured
                 row["mfu"] = round(r["model_gflop_per_s"] / peak["bfloat16" if precision[impl] == "bf16" else "float32"], 3)
             for k in ("dev_accuracy", "batches"):
                 if k in r:

@@ -1,7 +1,8 @@
 """benchmarks/translation.py and benchmarks/averaging.py: every command their docstrings quote parses
 with the script's own parser, and the pure pieces (the pair argument, the peer's batches, the BLEU
-curve read from a run's metrics.jsonl, the running means of checkpoints, the tables, the model FLOPs
-of mt_flops.py) do what the reports say. The runs themselves take minutes (`speed --quick`
+curve read from a run's metrics.jsonl, the running means of checkpoints, the tables) do what the
+reports say; and the model FLOPs the speed benchmarks divide by (mt_flops.py's, harness.py's
+encoder) are the products the models make, by PyTorch's own count. The runs themselves take minutes (`speed --quick`
 took 3 to 6 on two shared cores, in eleven processes), so they are not run here."""
 
 import argparse
@@ -185,3 +186,22 @@ def test_the_model_flops_are_the_products_the_model_makes(monkeypatch):
         counted = _counted(lambda: found.extend(decode(model, source[:1], mask[:1], DecodeOptions(
             beam=beam, max_len_a=0.0, max_len_b=6))))
         assert len(found[0]) == 6 and counted == mt_flops.decoding_flops(config, [(8, 6)], beam)
+
+
+def test_the_encoder_flops_are_the_products_bert_makes():
+    """harness.encoder_flops (the embedding, classification and fine-tuning rows of speed.py) against
+    PyTorch's count of `transformers`' BertModel, written-out attention, one sentence a length."""
+    import torch
+    import transformers
+
+    from harness import encoder_flops
+
+    config = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                  vocab_size=50, max_position_embeddings=64)
+    model = transformers.BertModel(transformers.BertConfig(**config, attn_implementation="eager"),
+                                   add_pooling_layer=False).eval()
+    counted = 0
+    for length in (5, 9):
+        with torch.no_grad():
+            counted += _counted(lambda: model(torch.randint(0, 50, (1, length))))
+    assert counted == encoder_flops(config, [5, 9])
