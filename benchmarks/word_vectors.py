@@ -129,6 +129,7 @@ def table(report: dict) -> str:
                             "{workers} workers): training (+ {} s reading)"}
     rows = ["| | time | peak MB | words | WordSim-353 (Spearman) | analogies: all / semantic / syntactic |",
             "|---|---|---|---|---|---|"]
+
     def row(name, seconds, peak, words, s):
         rows.append(f"| {name} | {seconds} | {peak} | {words:,} | {s['wordsim353']:.3f} ({s['wordsim_pairs']} pairs) "
                     f"| {s['analogy']:.1%} / {s['semantic']:.1%} / {s['syntactic']:.1%} ({s['answered']:,} answered) |")
