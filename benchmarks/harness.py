@@ -68,6 +68,14 @@ def matmul_peak() -> dict:
     return out
 
 
+def config_json(directory: str) -> dict:
+    """A model directory's config.json, as a dict."""
+    import json
+
+    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def encoder_flops(config: dict, lengths: list[int]) -> float:
     """Forward FLOPs of a BERT encoder (its config.json) over sentences of `lengths` real tokens: the
     matrix products it needs, 2 a multiply-add (the four attention projections, the feed-forward

@@ -15,18 +15,20 @@ as other hypotheses may run longer.
 
 from __future__ import annotations
 
+from harness import encoder_flops
+
 
 def _sizes(config: dict) -> tuple[int, int, int, int, int, int]:
     return (config["d_model"], config["encoder_ffn_dim"], config["decoder_ffn_dim"], config["encoder_layers"],
             config["decoder_layers"], config["vocab_size"])
 
 
-def encoder_flops(config: dict, source: int) -> float:
-    """Forward FLOPs of the encoder over one sentence of `source` tokens, and of the decoder's
-    cross-attention keys and values of its states."""
+def source_flops(config: dict, source: int) -> float:
+    """Forward FLOPs of the encoder over one sentence of `source` tokens (a BERT encoder's layers:
+    harness.encoder_flops), and of the decoder's cross-attention keys and values of its states."""
     d, f_enc, _, n_enc, n_dec, _ = _sizes(config)
-    per_layer = source * 2 * (4 * d * d + 2 * d * f_enc) + 2 * 2 * source * source * d
-    return n_enc * per_layer + n_dec * source * 2 * 2 * d * d
+    layers = {"hidden_size": d, "intermediate_size": f_enc, "num_hidden_layers": n_enc}
+    return encoder_flops(layers, [source]) + n_dec * source * 2 * 2 * d * d
 
 
 def decoder_token_flops(config: dict, source: int, attended: int) -> float:
@@ -39,12 +41,12 @@ def decoder_token_flops(config: dict, source: int, attended: int) -> float:
 
 def training_flops(config: dict, lengths: list[tuple[int, int]]) -> float:
     """FLOPs of a training step on sentence pairs of (source, target) lengths in tokens."""
-    forward = sum(encoder_flops(config, s) + t * decoder_token_flops(config, s, t) for s, t in lengths)
+    forward = sum(source_flops(config, s) + t * decoder_token_flops(config, s, t) for s, t in lengths)
     return 3 * forward
 
 
 def decoding_flops(config: dict, lengths: list[tuple[int, int]], beam: int) -> float:
     """FLOPs of translating sentences of (source tokens, translation pieces with `</s>`) lengths,
     `beam` rows a step."""
-    return sum(encoder_flops(config, s) + beam * sum(decoder_token_flops(config, s, step) for step in range(1, t + 1))
+    return sum(source_flops(config, s) + beam * sum(decoder_token_flops(config, s, step) for step in range(1, t + 1))
                for s, t in lengths)

@@ -29,7 +29,7 @@ import os
 import time
 
 import numpy as np
-from harness import DATA, encoder_flops, peak_rss_mb, sst2_sentences
+from harness import DATA, config_json, encoder_flops, peak_rss_mb, sst2_sentences
 
 BATCH = 32
 MAX_LENGTH = 128
@@ -64,7 +64,7 @@ def prepare(directory: str, work: str, classifier: bool = False) -> None:
     convert it for CTranslate2. Each artefact is made once."""
     import torch
 
-    config = _config(directory)
+    config = config_json(directory)
     raw = os.path.join(work, "model.onnx")
     if not os.path.exists(raw):
         if classifier:  # our own exporter, with the classification head
@@ -113,13 +113,6 @@ def prepare(directory: str, work: str, classifier: bool = False) -> None:
                 import ctranslate2
 
                 ctranslate2.converters.TransformersConverter(directory).convert(out, quantization=quantization)
-
-
-def _config(directory: str) -> dict:
-    import json
-
-    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
-        return json.load(f)
 
 
 # ---- the implementations: each returns run(texts) -> (N, D) mean-pooled vectors or (N, C) logits ------
@@ -225,7 +218,7 @@ def onnxruntime(directory: str, work: str, precision: str, classifier: bool):
     name = "model-int8.onnx" if precision == "int8" else "model-fused.onnx"
     session = ort.InferenceSession(os.path.join(work, name), options, providers=["CPUExecutionProvider"])
     wanted = {i.name for i in session.get_inputs()}
-    config = _config(directory)
+    config = config_json(directory)
 
     def forward(ids, mask):
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
@@ -247,7 +240,7 @@ def openvino(directory: str, work: str, precision: str):
     def forward(ids, mask):
         return compiled({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
 
-    return numpy_runner(transformers.AutoTokenizer.from_pretrained(directory), forward, _config(directory)["hidden_size"])
+    return numpy_runner(transformers.AutoTokenizer.from_pretrained(directory), forward, config_json(directory)["hidden_size"])
 
 
 def ctranslate2(directory: str, work: str, precision: str):
@@ -263,7 +256,7 @@ def ctranslate2(directory: str, work: str, precision: str):
         out = encoder.forward_batch([row[:n].tolist() for row, n in zip(ids, lengths)])
         return np.asarray(out.last_hidden_state)
 
-    return numpy_runner(transformers.AutoTokenizer.from_pretrained(directory), forward, _config(directory)["hidden_size"])
+    return numpy_runner(transformers.AutoTokenizer.from_pretrained(directory), forward, config_json(directory)["hidden_size"])
 
 
 def torch_nested(directory: str):
@@ -335,7 +328,7 @@ def model_gflops(directory: str, texts: list[str]) -> float:
 
     lengths = [len(x) for x in AutoTokenizer.from_pretrained(directory)(texts, truncation=True,
                                                                          max_length=MAX_LENGTH)["input_ids"]]
-    return encoder_flops(_config(directory), lengths) / 1e9
+    return encoder_flops(config_json(directory), lengths) / 1e9
 
 
 def embed_child(impl: str, directory: str, work: str, out_path: str) -> dict:

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 
-from harness import DATA, cpu_has_bf16, encoder_flops, matmul_peak, peak_rss_mb, save_table, sst2_sentences
+from harness import DATA, config_json, cpu_has_bf16, encoder_flops, matmul_peak, peak_rss_mb, save_table, sst2_sentences
 
 PRESETS = ["bert-mini", "bert-small", "bert-base"]
 STEPS = {"bert-mini": (3, 10), "bert-small": (2, 6), "bert-base": (1, 3)}  # (warm-up, timed) steps
@@ -68,10 +68,12 @@ def training_flops_per_token(config, tokens_per_row: int, predicted_share: float
     multiply-add), forward x 3 for forward and backward. The LM head (with BERT's transform layer,
     or GPT-1's bare tied projection) counts at the predicted positions only, for both
     implementations; attention counts in full, causal or not."""
-    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * tokens_per_row * H  # projections, FFN, attention
+    H = config.hidden_size
+    sizes = {"hidden_size": H, "intermediate_size": config.intermediate_size,
+             "num_hidden_layers": config.num_hidden_layers}
+    encoder = encoder_flops(sizes, [tokens_per_row]) / tokens_per_row  # a token's share of its row's
     head = predicted_share * 2 * (H * H * transform + H * config.vocab_size)
-    return (L * per_layer + head) * 3
+    return (encoder + head) * 3
 
 
 def timed_steps(step, warm: int, timed: int) -> float:
@@ -455,8 +457,7 @@ def finetune_child(impl: str) -> dict:
     while len(lengths) < 2048:
         lengths += step()
     seconds = time.perf_counter() - start
-    with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
-        flops = 3 * encoder_flops(json.load(f), lengths)  # forward, and backward's two products for each
+    flops = 3 * encoder_flops(config_json(directory), lengths)  # forward, and backward's two products for each
     return {"sentences_per_s": len(lengths) / seconds, "tokens_per_s": sum(lengths) / seconds,
             "model_gflop_per_s": flops / seconds / 1e9, "peak_rss_mb": peak_rss_mb()}
 

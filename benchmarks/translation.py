@@ -54,7 +54,7 @@ import subprocess
 import sys
 import time
 
-from harness import DATA, cpu_has_bf16, matmul_peak, peak_rss_mb, provenance, provenance_line
+from harness import DATA, config_json, cpu_has_bf16, matmul_peak, peak_rss_mb, provenance, provenance_line
 from mt_flops import decoding_flops, training_flops
 
 LANGS = ("en", "de", "fr", "cs")
@@ -381,11 +381,6 @@ def real_batches(model_dir: str, pair: tuple[str, str], count: int) -> list[dict
     return [data.collate([data.pairs[i] for i in data.train_batches[b]]) for b in data.epoch_order(0)[:count]]
 
 
-def model_config(model_dir: str) -> dict:
-    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
 def pair_lengths(batch: dict) -> list[tuple[int, int]]:
     """Each pair's real (source, target) tokens in a batch `TokenBatches.collate` made."""
     return list(zip(batch["source_mask"].sum(1).tolist(), (batch["target_out"] != -100).sum(1).tolist()))
@@ -399,7 +394,7 @@ def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, 
     torch.manual_seed(0)
     warm, timed = int(warm), int(timed)
     batches = real_batches(model_dir, pair_arg(pair), warm + timed)
-    config = model_config(model_dir)
+    config = config_json(model_dir)
     flops = sum(training_flops(config, pair_lengths(b)) for b in batches[warm:])
     if impl == "ours":
         from bertforge.load import load
@@ -491,7 +486,7 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
     # each translation's pieces with its </s> (the encoding adds it), as many as the steps that made it
     lengths = [(len(s), min(len(o), limit)) for s, o in zip(sources, pieces.encode_batch(hyps))]
     return {"sentences_per_s": len(sentences) / seconds, "seconds": seconds, "threads": torch.get_num_threads(),
-            "model_gflop_per_s": decoding_flops(model_config(model_dir), lengths, beam) / seconds / 1e9,
+            "model_gflop_per_s": decoding_flops(config_json(model_dir), lengths, beam) / seconds / 1e9,
             "peak_rss_mb": peak_rss_mb()}
 
 
