@@ -170,3 +170,54 @@ def test_predict_evaluate_and_embed_take_int8(models, tmp_path, capsys):
     cosine = (fp32_vectors * int8_vectors).sum(1) / np.linalg.norm(fp32_vectors, axis=1) / \
         np.linalg.norm(int8_vectors, axis=1)
     assert cosine.min() > 0.99
+
+
+@pytest.mark.parametrize("act", [torch.nn.GELU(), torch.nn.GELU(approximate="tanh"), torch.nn.ReLU(),
+                                 torch.nn.SiLU()], ids=["gelu", "gelu-tanh", "relu", "silu"])
+def test_an_activation_and_a_residual_run_inside_the_fp32_product(monkeypatch, act):
+    monkeypatch.setattr(fp32_linear, "fp32_kernel", lambda: "onednn")
+    torch.manual_seed(0)
+    layer = fp32_linear.for_fp32_inference(torch.nn.Linear(64, 48))
+    x, residual = torch.randn(3, 7, 64), torch.randn(3, 7, 48)
+    expected_act = act(torch.nn.functional.linear(x, layer.weight, layer.bias))
+    expected_add = residual + torch.nn.functional.linear(x, layer.weight, layer.bias)
+    with torch.no_grad():
+        called = operators(lambda: fp32_linear.linear_act(layer, act, x))
+        assert "mkldnn::_linear_pointwise" in called and not {"aten::gelu", "aten::relu", "aten::silu"} & called
+        torch.testing.assert_close(fp32_linear.linear_act(layer, act, x), expected_act, rtol=1e-5, atol=1e-6)
+        assert "aten::add" not in operators(lambda: fp32_linear.add_linear(residual, layer, x))
+        torch.testing.assert_close(fp32_linear.add_linear(residual, layer, x), expected_add, rtol=1e-5, atol=1e-6)
+        # a plain nn.Linear (a model not made ready for fp32 inference) computes as before, bit for bit
+        plain = torch.nn.Linear(64, 48)
+        assert torch.equal(fp32_linear.linear_act(plain, act, x), act(plain(x)))
+        assert torch.equal(fp32_linear.add_linear(residual, plain, x), residual + plain(x))
+    # with gradients on, nothing is fused: PyTorch's operators and their backward
+    assert "mkldnn::_linear_pointwise" not in operators(lambda: fp32_linear.linear_act(layer, act, x))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_inference_leaves_the_padding_out_of_an_encoders_products(precision):
+    torch.manual_seed(0)
+    model = Bert(tiny_config(num_hidden_layers=2)).eval()
+    ids = torch.randint(5, 99, (3, 10))
+    mask = torch.ones(3, 10, dtype=torch.long)
+    mask[1, 6:], mask[2, 3:] = 0, 0
+    real = mask.bool()
+    with torch.no_grad():
+        padded = model(ids, attention_mask=mask).last_hidden_state
+        assert padded[~real].abs().min() > 0  # the plain forward computes the padding, as transformers does
+        autocast = for_inference(model, precision)
+        with autocast:
+            seen = []
+            hook = model.layers[0].attention.qkv.register_forward_pre_hook(lambda m, args: seen.append(args[0].shape))
+            unpadded = model(ids, attention_mask=mask).last_hidden_state.float()
+            hook.remove()
+    assert seen == [torch.Size([int(mask.sum()), 32])]  # the real tokens alone, packed
+    assert torch.equal(unpadded[~real], torch.zeros_like(unpadded[~real]))
+    if precision == "fp32":
+        torch.testing.assert_close(unpadded[real], padded[real], rtol=1e-5, atol=1e-5)
+    else:
+        assert torch.nn.functional.cosine_similarity(unpadded[real], padded[real], dim=-1).min() > 0.99
+    model.train()  # training keeps the padded path
+    with torch.no_grad():
+        assert model(ids, attention_mask=mask).last_hidden_state[~real].abs().min() > 0

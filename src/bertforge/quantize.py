@@ -64,7 +64,8 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
 def for_inference(model: nn.Module, precision: str):
     """Get `model` ready to run in `precision` (fp32, bf16 or int8): int8 quantizes it here, once, and
-    fp32 on a CPU takes the faster of its products' kernels (`nn.linear`); returns the context
+    fp32 on a CPU takes the faster of its products' kernels (`nn.linear`), and an encoder that can
+    run on the real tokens alone does (`Bert.forward`'s `unpad`); returns the context
     its forward passes run in (bf16's autocast, else nothing)."""
     if precision not in PRECISIONS:
         raise BertforgeError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -73,4 +74,7 @@ def for_inference(model: nn.Module, precision: str):
     device = next(model.parameters()).device
     if precision == "fp32" and device.type == "cpu":
         for_fp32_inference(model)
+    for module in model.modules():  # encoders that can leave padding out of their products do so
+        if hasattr(module, "skip_padding"):
+            module.skip_padding = True
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
