@@ -438,3 +438,29 @@ def test_translate_in_bf16_and_int8_as_in_fp32(reverse_run, tmp_path, capsys, mo
         same = sum(a == b for a, b in zip(translations[precision], translations["fp32"])) / len(targets)
         assert same >= 0.9, (precision, same)
         assert sum(h == t for h, t in zip(translations[precision], targets)) / len(targets) > 0.85
+
+
+@pytest.mark.parametrize("pre_ln, activation", [(False, "swish"), (True, "relu"), (False, "gelu")])
+def test_fp32_inference_adds_each_residual_inside_its_product_and_changes_no_output(monkeypatch, pre_ln, activation):
+    from bertforge.nn import linear as fp32_linear
+    from bertforge.quantize import for_inference
+
+    monkeypatch.setattr(fp32_linear, "fp32_kernel", lambda: "onednn")
+    torch.manual_seed(0)
+    model = Transformer(_tiny_config(normalize_before=pre_ln, activation_function=activation)).eval()
+    source, mask, target = _batch()
+
+    def run():
+        with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            out = model(source, mask, target)
+        return out, {event.key: event.count for event in profile.key_averages()}
+
+    before, plain = run()
+    for_inference(model, "fp32")
+    after, fused = run()
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    # 2 encoder and 2 decoder layers: 2 + 3 residual additions each, now inside the products, and
+    # the 4 feed-forward activations likewise
+    assert plain["aten::add"] - fused.get("aten::add", 0) == 2 * 2 + 2 * 3
+    acts = ("aten::relu", "aten::gelu", "aten::silu")
+    assert sum(plain.get(a, 0) for a in acts) == 4 and not set(acts) & fused.keys()

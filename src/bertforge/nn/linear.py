@@ -78,18 +78,20 @@ def _fused(x: torch.Tensor, layer: nn.Module) -> bool:
             and not tracing())
 
 
-def _post_op(act: nn.Module) -> tuple[str, str] | None:
-    """oneDNN's name and algorithm for an activation it can apply to a product's output."""
+# oneDNN's names (and algorithms) for the activations it can apply to a product's output
+POST_OPS = {F.relu: ("relu", ""), F.gelu: ("gelu", "none"), F.silu: ("swish", "")}
+
+
+def _post_op(act) -> tuple[str, str] | None:
+    """`act`'s oneDNN post-op: `act` a module (nn.GELU, nn.ReLU, nn.SiLU) or a function of POST_OPS."""
     if type(act) is nn.GELU:
         return "gelu", act.approximate  # "none" (erf) or "tanh"
-    if type(act) is nn.ReLU:
-        return "relu", ""
-    if type(act) is nn.SiLU:
-        return "swish", ""
-    return None
+    if type(act) in (nn.ReLU, nn.SiLU):
+        return POST_OPS[F.relu if type(act) is nn.ReLU else F.silu]
+    return POST_OPS.get(act)
 
 
-def linear_act(layer: nn.Module, act: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
     """act(layer(x)); on oneDNN the activation is applied inside the product, saving a pass over
     its output (the feed-forward block's widest tensor). oneDNN's erf differs from PyTorch's by
     about 1e-6 relative."""

@@ -18,7 +18,7 @@ from torch import nn
 from .config import MarianConfig
 from ...nn.attention import attend
 from ...nn.layers import Dropout
-from ...nn.linear import linear, tracing
+from ...nn.linear import add_linear, linear, linear_act, tracing
 
 ACTIVATION = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "silu": F.silu}
 
@@ -55,7 +55,8 @@ class Attention(nn.Module):
         return self.split(k), self.split(v)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool = False, memory=None,
-                cache: dict | None = None, weights: list | None = None) -> torch.Tensor:
+                cache: dict | None = None, weights: list | None = None, residual=None) -> torch.Tensor:
+        """With `residual`, returns residual + the output (see `Sublayer`)."""
         if self.cross:
             q = self.split(self.query(x))
             k, v = cache["cross"] if cache is not None and "cross" in cache else self.keys_values(memory)
@@ -80,7 +81,8 @@ class Attention(nn.Module):
             out = attend(q, k, v, mask, dropout, causal)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        return self.out(out.transpose(1, 2).flatten(2))  # (B, T, d)
+        out = out.transpose(1, 2).flatten(2)  # (B, T, d)
+        return self.out(out) if residual is None else add_linear(residual, self.out, out)
 
 
 class FeedForward(nn.Module):
@@ -89,8 +91,13 @@ class FeedForward(nn.Module):
         self.fc1, self.fc2 = nn.Linear(width, inner), nn.Linear(inner, width)
         self.activation, self.dropout = ACTIVATION[activation], Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.dropout(self.activation(self.fc1(x))))
+    def forward(self, x: torch.Tensor, residual=None) -> torch.Tensor:
+        """With `residual`, returns residual + the output; without dropout, the activation and the
+        addition happen inside the products where `nn.linear` can."""
+        if residual is None or (self.training and self.dropout.p > 0):
+            y = self.fc2(self.dropout(self.activation(self.fc1(x))))
+            return y if residual is None else residual + y
+        return add_linear(residual, self.fc2, linear_act(self.fc1, self.activation, x))
 
 
 class Sublayer(nn.Module):
@@ -102,9 +109,14 @@ class Sublayer(nn.Module):
         self.inner, self.norm, self.dropout, self.before = inner, nn.LayerNorm(width), Dropout(dropout), before
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if self.training and self.dropout.p > 0:
+            if self.before:
+                return x + self.dropout(self.inner(self.norm(x), *args, **kwargs))
+            return self.norm(x + self.dropout(self.inner(x, *args, **kwargs)))
+        # no dropout: the residual is added inside the sublayer's last product (see nn.linear)
         if self.before:
-            return x + self.dropout(self.inner(self.norm(x), *args, **kwargs))
-        return self.norm(x + self.dropout(self.inner(x, *args, **kwargs)))
+            return self.inner(self.norm(x), *args, residual=x, **kwargs)
+        return self.norm(self.inner(x, *args, residual=x, **kwargs))
 
 
 class EncoderLayer(nn.Module):
