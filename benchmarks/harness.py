@@ -107,8 +107,11 @@ def provenance(argv: list[str]) -> dict:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        # a virtual machine may name two generations alike ("AMD EPYC"): family and model tell them apart
+        cpu = f"{fields['model name']} (family {fields['cpu family']}, model {fields['model']})"
+    except (OSError, KeyError):
         pass
     try:
         import transformers
