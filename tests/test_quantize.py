@@ -54,6 +54,7 @@ def test_fp32_inference_on_either_kernel_keeps_the_model_and_its_outputs(monkeyp
     state = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         before = model(ids).last_hidden_state
+        plain = operators(lambda: model(ids))
     autocast = for_inference(model, "fp32")
     swapped = [m for m in model.modules() if isinstance(m, fp32_linear.InferenceLinear)]
     assert len(swapped) == (2 * 4 + 1 if kernel == "onednn" else 0)
@@ -61,7 +62,11 @@ def test_fp32_inference_on_either_kernel_keeps_the_model_and_its_outputs(monkeyp
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     with torch.no_grad(), autocast:
         after = model(ids).last_hidden_state
+        called = operators(lambda: model(ids))
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    # on oneDNN each layer's GELU and both its residual additions run inside its products
+    assert plain["aten::gelu"] == 2 and ("aten::gelu" in called) == (kernel == "mkl")
+    assert plain["aten::add"] - called.get("aten::add", 0) == (2 * 2 if kernel == "onednn" else 0)
     # with gradients on, the product is PyTorch's own (its backward): equal to the model before, bit for bit
     model.train(False)
     training = model(ids).last_hidden_state
@@ -73,11 +78,11 @@ def test_fp32_inference_on_either_kernel_keeps_the_model_and_its_outputs(monkeyp
     assert not [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def operators(run) -> set[str]:
-    """The operators `run()` calls, by name."""
+def operators(run) -> dict[str, int]:
+    """The operators `run()` calls, by name, with how many times."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         run()
-    return {event.key for event in profile.key_averages()}
+    return {event.key: event.count for event in profile.key_averages()}
 
 
 def test_the_fp32_product_of_linear_equals_f_linear_on_either_kernel(monkeypatch):
@@ -183,7 +188,7 @@ def test_an_activation_and_a_residual_run_inside_the_fp32_product(monkeypatch, a
     expected_add = residual + torch.nn.functional.linear(x, layer.weight, layer.bias)
     with torch.no_grad():
         called = operators(lambda: fp32_linear.linear_act(layer, act, x))
-        assert "mkldnn::_linear_pointwise" in called and not {"aten::gelu", "aten::relu", "aten::silu"} & called
+        assert "mkldnn::_linear_pointwise" in called and not {"aten::gelu", "aten::relu", "aten::silu"} & called.keys()
         torch.testing.assert_close(fp32_linear.linear_act(layer, act, x), expected_act, rtol=1e-5, atol=1e-6)
         assert "aten::add" not in operators(lambda: fp32_linear.add_linear(residual, layer, x))
         torch.testing.assert_close(fp32_linear.add_linear(residual, layer, x), expected_add, rtol=1e-5, atol=1e-6)

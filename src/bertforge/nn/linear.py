@@ -59,23 +59,26 @@ def tracing() -> bool:
     return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear`, on oneDNN for an fp32 product on the CPU outside autograd, autocast and export
-    (ONNX has no oneDNN operator) where `fp32_kernel` says so."""
-    if (x.dtype == torch.float32 and weight.dtype == torch.float32 and x.device.type == "cpu"
+def _on_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the product of `x` and `weight` runs on oneDNN: fp32 on the CPU outside autograd,
+    autocast and export (ONNX has no oneDNN operator), where `fp32_kernel` says so."""
+    return (x.dtype == torch.float32 and weight.dtype == torch.float32 and x.device.type == "cpu"
             and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu") and fp32_kernel() == "onednn"
-            and not tracing()):  # an export keeps F.linear
+            and not tracing())
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear`, on oneDNN where `_on_onednn` says so."""
+    if _on_onednn(x, weight):
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
 
 def _fused(x: torch.Tensor, layer: nn.Module) -> bool:
-    """Whether `layer(x)` runs on oneDNN (see `linear`), where an activation or an addition can be
-    applied inside the product: only for an `InferenceLinear`, so that a model not made one by
+    """Whether `layer(x)` runs on oneDNN, where an activation or an addition can be applied inside
+    the product: only for an `InferenceLinear`, so that a model not made one by
     `for_fp32_inference` computes exactly as before."""
-    return (type(layer) is InferenceLinear and x.dtype == torch.float32 and layer.weight.dtype == torch.float32
-            and x.device.type == "cpu" and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
-            and not tracing())
+    return type(layer) is InferenceLinear and _on_onednn(x, layer.weight)
 
 
 # oneDNN's names (and algorithms) for the activations it can apply to a product's output
@@ -101,9 +104,11 @@ def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
     return act(layer(x))
 
 
-def add_linear(residual: torch.Tensor, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """residual + layer(x); on oneDNN the addition happens inside the product (no dropout between
-    them: inference only)."""
+def add_linear(residual: torch.Tensor | None, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """residual + layer(x) (layer(x) where `residual` is None); on oneDNN the addition happens inside
+    the product (no dropout between them: inference only)."""
+    if residual is None:
+        return layer(x)
     if (_fused(x, layer) and residual.dtype == torch.float32 and residual.is_contiguous()
             and residual.shape == (*x.shape[:-1], layer.weight.shape[0])):
         return torch.ops.mkldnn._linear_pointwise.binary(x, residual, layer.weight, layer.bias, "add")

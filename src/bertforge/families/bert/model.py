@@ -72,10 +72,7 @@ class SelfAttention(nn.Module):
             y = attentions[-1] @ v  # (B, N, T, D)
         else:
             y = attend(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, N, T, D)
-        return self.output(y.transpose(1, 2).reshape(B, T, H), residual)  # (B, T, H)
-
-    def output(self, y, residual):
-        return self.out(y) if residual is None else add_linear(residual, self.out, y)
+        return add_linear(residual, self.out, y.transpose(1, 2).reshape(B, T, H))  # (B, T, H)
 
     def forward_packed(self, x, rotary, packed: Packed, residual=None):
         """The same on packed tokens (N', H): the projections see no padding; attention runs on the
@@ -89,7 +86,7 @@ class SelfAttention(nn.Module):
         if y is None:
             q, k, v = packed.unpack(qkv).permute(2, 0, 3, 1, 4)  # each (B, N, T, D)
             y = packed.pack(attend(q, k, v, packed.mask, dropout_p).transpose(1, 2))  # (N', N, D)
-        return self.output(y.reshape(-1, H), residual)  # (N', H)
+        return add_linear(residual, self.out, y.reshape(-1, H))  # (N', H)
 
 
 class Layer(nn.Module):

@@ -81,8 +81,7 @@ class Attention(nn.Module):
             out = attend(q, k, v, mask, dropout, causal)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        out = out.transpose(1, 2).flatten(2)  # (B, T, d)
-        return self.out(out) if residual is None else add_linear(residual, self.out, out)
+        return add_linear(residual, self.out, out.transpose(1, 2).flatten(2))  # (B, T, d)
 
 
 class FeedForward(nn.Module):
