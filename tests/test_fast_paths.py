@@ -43,9 +43,21 @@ def test_written_out_attention_equals_sdpa():
     mask = torch.ones(3, 1, 1, 16, dtype=torch.bool)
     mask[1, ..., 10:] = False
     mask[2, ..., 3:] = False
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    assert (attention(q, k, v, mask, 0.0) - expected).abs().max() < 1e-12
+    causal = torch.ones(16, 16, dtype=torch.bool).tril()  # one mask per query, shared by the batch
+    # a padding mask, one per query (causal), none; queries and keys read through a permuted view
+    for m in (mask, causal, None):
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        assert (attention(q, k, v, m, 0.0) - expected).abs().max() < 1e-12
+        assert (attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, m, 0.0) - expected).abs().max() < 1e-12
+    # the gradients of training are SDPA's too
+    grads = []
+    for attend in (lambda *a: attention(*a, 0.0), F.scaled_dot_product_attention):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        attend(*leaves, mask).square().sum().backward()
+        grads.append([t.grad for t in leaves])
+    assert all((a - b).abs().max() < 1e-12 for a, b in zip(*grads))
     # with dropout, each row of attention weights is dropped and rescaled, not renormalised
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.manual_seed(1)
     out = attention(q, k, v, mask, 0.5)
     assert out.shape == expected.shape and not torch.allclose(out, expected)

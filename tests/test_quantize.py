@@ -200,6 +200,38 @@ def test_an_activation_and_a_residual_run_inside_the_fp32_product(monkeypatch, a
     assert "mkldnn::_linear_pointwise" not in operators(lambda: fp32_linear.linear_act(layer, act, x))
 
 
+def test_a_model_ready_for_fp32_inference_packs_its_weights_once_and_follows_their_changes(monkeypatch):
+    monkeypatch.setattr(fp32_linear, "fp32_kernel", lambda: "onednn")
+    torch.manual_seed(0)
+    layer = fp32_linear.for_fp32_inference(torch.nn.Linear(64, 48))
+    x = torch.randn(5, 64)
+
+    def reorders():  # how many times the weight is packed in one product
+        return operators(lambda: layer(x)).get("mkldnn::_reorder_linear_weight", 0)
+
+    with torch.no_grad():
+        assert reorders() == 1 and reorders() == 0  # packed at the first product, then reused
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
+        layer.weight.mul_(2)  # changed in place: packed again
+        assert reorders() == 1
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
+        layer.load_state_dict({"weight": torch.randn(48, 64), "bias": layer.bias})
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
+    assert list(layer.state_dict()) == ["weight", "bias"]  # nothing of the packing is in the model
+    copy = __import__("copy").deepcopy(layer)
+    with torch.no_grad():
+        torch.testing.assert_close(copy(x), layer(x), rtol=0, atol=0)
+    # a model that trains is never packed: a fused optimizer step changes a weight without a new version
+    trained = torch.nn.Linear(64, 48)
+    version = trained.weight._version
+    trained.weight.grad = torch.randn(48, 64)
+    torch.optim.AdamW(trained.parameters(), fused=True).step()
+    assert trained.weight._version == version
+    with torch.no_grad():
+        assert "mkldnn::_reorder_linear_weight" not in operators(lambda: fp32_linear.linear(x, trained.weight))
+        torch.testing.assert_close(fp32_linear.linear(x, trained.weight), x @ trained.weight.T, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
 def test_inference_leaves_the_padding_out_of_an_encoders_products(precision):
     torch.manual_seed(0)

@@ -12,11 +12,19 @@ from .layers import dropout
 
 
 def attention_probs(q, k, mask) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D) + mask): how much each query attends to each key, (B, N, T, T)."""
-    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, N, T, T)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(-1)
+    """softmax(q k^T / sqrt(D) + mask): how much each query attends to each key, (B, N, T, S). One
+    batched product scales the scores and adds the mask (as a bias of 0 and -inf), so the score
+    matrix is written once before the softmax, not three times."""
+    *heads, T, D = q.shape
+    S = k.shape[-2]
+    q, kt = q.reshape(-1, T, D), k.reshape(-1, S, D).transpose(1, 2)  # (B*N, T, D), (B*N, D, S)
+    if mask is None:
+        scores = torch.bmm(q, kt).mul_(D ** -0.5)
+    else:
+        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+        rows = mask.shape[-2]  # 1: the same for every query; T: a mask per query (causal)
+        scores = torch.baddbmm(bias.expand(*heads, rows, S).reshape(-1, rows, S), q, kt, alpha=D ** -0.5)
+    return scores.softmax(-1).view(*heads, T, S)
 
 
 def attention(q, k, v, mask, dropout_p: float):
@@ -65,7 +73,7 @@ class Packed(NamedTuple):
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """(N, ...) -> (B, T, ...), zeros at the padding."""
-        full = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy(0, self.index, x)
+        full = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.index, x)
         return full.view(self.batch, self.length, *x.shape[1:])
 
 

@@ -18,6 +18,7 @@ import os
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ..errors import BertforgeError
 
@@ -68,10 +69,33 @@ def _on_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`F.linear`, on oneDNN where `_on_onednn` says so."""
+    """`F.linear`, on oneDNN (with the weight `prepacked`) where `_on_onednn` says so."""
     if _on_onednn(x, weight):
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, prepacked(weight), bias, "none", [], "")
     return F.linear(x, weight, bias)
+
+
+# The weights of the models `for_fp32_inference` prepared, each with None until it is packed, then
+# with its place and version when packed and the packed copy. Kept beside the model, not in it, so
+# that its state, copies and pickles are as before; weak, so that an entry goes with its weight.
+_PREPACKED = WeakIdKeyDictionary()
+
+
+def prepacked(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` reordered once into the layout oneDNN's kernel reads, if it belongs to a model
+    prepared for inference (a model in training changes its weights in ways that need not show in
+    their version, e.g. a fused optimizer step); packed again if changed in place or replaced. A
+    plain weight is reordered inside every product: prepacked, a MiniLM layer's products run 2-8%
+    faster, a decoding step's few rows up to a third (the cost: a second copy of the weights). Both
+    give the same numbers to the bit."""
+    if weight not in _PREPACKED:
+        return weight
+    key = (weight.data_ptr(), weight._version)
+    entry = _PREPACKED[weight]
+    if entry is None or entry[0] != key:
+        # 512: the rows oneDNN is told to expect; the layout it picks served 10 to 2,000 rows alike
+        entry = _PREPACKED[weight] = key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 512)
+    return entry[1]
 
 
 def _fused(x: torch.Tensor, layer: nn.Module) -> bool:
@@ -100,7 +124,7 @@ def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
     about 1e-6 relative."""
     op = _post_op(act)
     if op is not None and _fused(x, layer):
-        return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, op[0], [], op[1])
+        return torch.ops.mkldnn._linear_pointwise(x, prepacked(layer.weight), layer.bias, op[0], [], op[1])
     return act(layer(x))
 
 
@@ -111,7 +135,7 @@ def add_linear(residual: torch.Tensor | None, layer: nn.Module, x: torch.Tensor)
         return layer(x)
     if (_fused(x, layer) and residual.dtype == torch.float32 and residual.is_contiguous()
             and residual.shape == (*x.shape[:-1], layer.weight.shape[0])):
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, layer.weight, layer.bias, "add")
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, prepacked(layer.weight), layer.bias, "add")
     return residual + layer(x)
 
 
@@ -124,9 +148,14 @@ class InferenceLinear(nn.Linear):
 
 def for_fp32_inference(model: nn.Module) -> nn.Module:
     """Each plain `nn.Linear` of `model` made an `InferenceLinear` in place (its parameters, their
-    names and the state dict unchanged), where `fp32_kernel` is oneDNN."""
+    names and the state dict unchanged), and its matrices marked to be `prepacked`, where
+    `fp32_kernel` is oneDNN."""
     if fp32_kernel() == "onednn":
         for module in model.modules():
             if type(module) is nn.Linear:
                 module.__class__ = InferenceLinear
+        if hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+            for weight in model.parameters():
+                if weight.dim() == 2 and weight.dtype == torch.float32 and not weight.is_inference():
+                    _PREPACKED.setdefault(weight, None)
     return model
