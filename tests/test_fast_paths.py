@@ -12,7 +12,7 @@ from conftest import write_corpus
 from bertforge import Tokenizer
 from bertforge.data.shards import encode_sentences, word_local
 from bertforge.losses import vocab_loss
-from bertforge.nn.attention import attention
+from bertforge.nn.attention import attend, attention
 from bertforge.nn.layers import dropout, dropout_mask
 
 
@@ -61,6 +61,23 @@ def test_written_out_attention_equals_sdpa():
     torch.manual_seed(1)
     out = attention(q, k, v, mask, 0.5)
     assert out.shape == expected.shape and not torch.allclose(out, expected)
+
+
+def test_a_decoding_steps_single_query_is_written_out_on_a_cpu_at_any_length():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(6, 4, 1, 16), torch.randn(6, 4, 200, 16), torch.randn(6, 4, 200, 16)
+
+    def sdpa_called(run) -> bool:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            run()
+        return "aten::scaled_dot_product_attention" in {event.key for event in profile.key_averages()}
+
+    with torch.no_grad():
+        assert not sdpa_called(lambda: attend(q, k, v, None, 0.0))  # one query over 200 keys: written out
+        torch.testing.assert_close(attend(q, k, v, None, 0.0), F.scaled_dot_product_attention(q, k, v),
+                                   rtol=1e-5, atol=1e-6)
+        many = torch.randn(6, 4, 200, 16)
+        assert sdpa_called(lambda: attend(many, k, v, None, 0.0))  # 200 queries over 200 keys: SDPA's kernel
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

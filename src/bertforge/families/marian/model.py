@@ -77,10 +77,10 @@ class Attention(nn.Module):
             probs = scores.softmax(-1)
             weights.append(probs)
             out = probs @ v
-        elif dropout > 0:  # training: on a CPU, written out with a fast dropout mask (SDPA's path is slow there)
-            out = attend(q, k, v, mask, dropout, causal)
-        else:
+        elif tracing():  # export: one attention operator in the graph
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        else:  # on a CPU, written out where that is faster: training's dropout, short rows, a decoding step
+            out = attend(q, k, v, mask, dropout, causal)
         return add_linear(residual, self.out, out.transpose(1, 2).flatten(2))  # (B, T, d)
 
 
