@@ -1,6 +1,7 @@
 """Inference precisions: int8 (every linear layer quantized, outputs near fp32's, and the commands that
 offer it) and fp32's choice of kernel for its products (nn/linear.py)."""
 
+import copy
 import json
 
 import numpy as np
@@ -218,9 +219,9 @@ def test_a_model_ready_for_fp32_inference_packs_its_weights_once_and_follows_the
         layer.load_state_dict({"weight": torch.randn(48, 64), "bias": layer.bias})
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
     assert list(layer.state_dict()) == ["weight", "bias"]  # nothing of the packing is in the model
-    copy = __import__("copy").deepcopy(layer)
+    copied = copy.deepcopy(layer)
     with torch.no_grad():
-        torch.testing.assert_close(copy(x), layer(x), rtol=0, atol=0)
+        torch.testing.assert_close(copied(x), layer(x), rtol=0, atol=0)
     # a model that trains is never packed: a fused optimizer step changes a weight without a new version
     trained = torch.nn.Linear(64, 48)
     version = trained.weight._version
