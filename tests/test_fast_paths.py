@@ -12,7 +12,7 @@ from conftest import write_corpus
 from bertforge import Tokenizer
 from bertforge.data.shards import encode_sentences, word_local
 from bertforge.losses import vocab_loss
-from bertforge.nn.attention import attend, attention
+from bertforge.nn.attention import KeyValues, attend, attention
 from bertforge.nn.layers import dropout, dropout_mask
 
 
@@ -78,6 +78,33 @@ def test_a_decoding_steps_single_query_is_written_out_on_a_cpu_at_any_length():
                                    rtol=1e-5, atol=1e-6)
         many = torch.randn(6, 4, 200, 16)
         assert sdpa_called(lambda: attend(many, k, v, None, 0.0))  # 200 queries over 200 keys: SDPA's kernel
+
+
+def test_a_reorder_leaves_room_that_the_next_position_fills_in_place():
+    """A beam search's cache: the rows kept by each reorder (repeats included), then the next
+    position appended, equal torch.cat then index_select, as the search did before; after a reorder
+    the append writes into the room left (the same storage), without a copy of the past."""
+    torch.manual_seed(0)
+    cache, keys, values = KeyValues(), None, None
+    for step in range(6):
+        k, v = torch.randn(6, 2, 1, 4), torch.randn(6, 2, 1, 4)
+        before = None if cache.keys is None else cache.keys.data_ptr()
+        got_k, got_v = cache.add(k, v)
+        keys = k if keys is None else torch.cat([keys, k], 2)
+        values = v if values is None else torch.cat([values, v], 2)
+        assert torch.equal(got_k, keys) and torch.equal(got_v, values) and got_k.shape[2] == step + 1
+        if step > 1:  # reordered after each earlier step: filled in place
+            assert got_k.data_ptr() == before and got_k.is_contiguous()
+        rows = torch.tensor([5, 5, 0, 2, 1, 3])
+        cache.keep(rows)
+        keys, values = keys.index_select(0, rows), values.index_select(0, rows)
+        assert torch.equal(cache.keys[:, :, :step + 1], keys) and cache.keys.shape[2] == step + 2
+    # sentences leaving: fewer rows, then an append without a reorder before it grows by a copy
+    cache.keep(torch.tensor([1, 4]))
+    cache.add(torch.zeros(2, 2, 1, 4), torch.zeros(2, 2, 1, 4))
+    got_k, _ = cache.add(torch.ones(2, 2, 1, 4), torch.ones(2, 2, 1, 4))
+    assert got_k.shape == (2, 2, 8, 4) and torch.equal(got_k[:, :, :6], keys[[1, 4]])
+    assert torch.equal(got_k[:, :, 6:], torch.tensor([0.0, 1.0])[:, None].expand(2, 2, 2, 4))
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

@@ -19,6 +19,7 @@ import torch
 from .checks import check
 from .data.padding import pad
 from .errors import BertforgeError
+from .nn.attention import KeyValues
 
 PENALTIES = ("hf", "gnmt")
 
@@ -96,16 +97,16 @@ def decode_scored(model, source: torch.Tensor, source_mask: torch.Tensor, option
     return _beam(model, source, source_mask, limits, options, stop)
 
 
-def _step(model, tokens: torch.Tensor, memory, mask, caches, t: int, last: torch.Tensor) -> torch.Tensor:
+def _step(model, tokens: torch.Tensor, memory, mask, caches, t: int, last: torch.Tensor | None) -> torch.Tensor:
     """Log-probabilities (N, V) of the next token after position `t`, in fp32; never the pad id
     (it starts every decoding and is no word). Where the config has a `forced_eos_token_id`
-    (published OPUS-MT models do), rows at their last position (`last`, (N,) bool) can only end,
-    at no cost (log-probability 0), as `generate`'s forced end scores it."""
+    (published OPUS-MT models do), rows at their last position (`last`, (N,) bool, or None where
+    no row is) can only end, at no cost (log-probability 0), as `generate`'s forced end scores it."""
     states = model.decode(tokens, memory, mask, caches, start=t)
     logp = torch.log_softmax(model.logits(states[:, -1]).float(), dim=-1)
     logp[:, model.config.pad_token_id] = float("-inf")
     forced = getattr(model.config, "forced_eos_token_id", None)
-    if forced is not None and bool(last.any()):
+    if forced is not None and last is not None:
         logp[last] = float("-inf")
         logp[last, forced] = 0.0
     return logp
@@ -115,49 +116,64 @@ def _select(rows: torch.Tensor, *tensors):
     return [x.index_select(0, rows) for x in tensors]
 
 
-def _reorder(caches: list[dict], rows: torch.Tensor, hypotheses_only: bool = False) -> None:
+def _reorder(caches: list[dict], rows: torch.Tensor, cross_rows: torch.Tensor | None = None) -> None:
     """Keep (and repeat) the cached rows `rows`: every cached tensor is batch-first (the Transformer's
-    keys and values, an LSTM decoder's states). `hypotheses_only`: `rows` only reorder the hypotheses
-    of each sentence among themselves, so an entry named "cross" (the keys and values of the
-    encoder's states, the same for every hypothesis of a sentence) is left as it is."""
+    keys and values, an LSTM decoder's states). An entry named "cross" (the keys and values of the
+    encoder's states, the same for every hypothesis of a sentence) is kept by `cross_rows` instead,
+    and left as it is where that is None: a beam's reorder only moves hypotheses within a sentence."""
     for cache in caches:
         for key, value in cache.items():
-            if hypotheses_only and key == "cross":
+            kept = cross_rows if key == "cross" else rows
+            if kept is None:
                 continue
-            cache[key] = tuple(x.index_select(0, rows) for x in value) if isinstance(value, tuple) \
-                else value.index_select(0, rows)
+            if isinstance(value, KeyValues):
+                value.keep(kept)  # in place, with room for the next position
+            elif isinstance(value, tuple):
+                cache[key] = tuple(x.index_select(0, kept) for x in value)
+            else:
+                cache[key] = value.index_select(0, kept)
+
+
+def _at_limit(limit: list[int], alive: list[int], t: int, device) -> tuple[list[bool], torch.Tensor | None]:
+    """Which alive sentences reach their length limit with the token of step `t`, as a list and
+    as a (rows,) tensor, None where none does (most steps: the search's bookkeeping is kept in
+    Python lists, one transfer a step, not a tensor operation per sentence)."""
+    at = [limit[i] <= t + 1 for i in alive]
+    return at, (torch.tensor(at, device=device) if any(at) else None)
 
 
 def _greedy(model, source, source_mask, limits, options: DecodeOptions,
             stop=None) -> list[list[tuple[float, list[int]]]]:
-    c = model.config
+    c, device = model.config, source.device
     memory = model.encode(source, source_mask)
     caches = model.cross_caches(memory)
-    alive = torch.arange(source.shape[0])
-    out: list[list[int]] = [[] for _ in range(source.shape[0])]
-    ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(source.shape[0])]
-    summed = torch.zeros(source.shape[0], device=source.device)  # log-probability of each row's tokens so far
-    tokens = torch.full((source.shape[0], 1), c.decoder_start_token_id, dtype=torch.long, device=source.device)
-    for t in range(int(limits.max())):
+    alive, limit = list(range(source.shape[0])), limits.tolist()
+    out: list[list[int]] = [[] for _ in alive]
+    ended: list[list[tuple[float, list[int]]]] = [[] for _ in alive]
+    summed = torch.zeros(len(alive), device=device)  # log-probability of each row's tokens so far
+    tokens = torch.full((len(alive), 1), c.decoder_start_token_id, dtype=torch.long, device=device)
+    for t in range(max(limit)):
         _check(stop)
-        last = (limits[alive] <= t + 1).to(source.device)
+        at_limit, last = _at_limit(limit, alive, t, device)
         logp = _step(model, tokens, memory, source_mask, caches, t, last)
         best = logp.argmax(-1)  # (N,)
         summed = summed + logp.gather(1, best[:, None]).squeeze(1)
-        for i, token in zip(alive.tolist(), best.tolist()):
+        picked = best.tolist()
+        for i, token in zip(alive, picked):
             if token != c.eos_token_id:
                 out[i].append(token)
-        done = (best == c.eos_token_id).cpu() | (limits[alive] <= t + 1).cpu()
-        for row in done.nonzero().squeeze(1).tolist():
-            ended[int(alive[row])].append((options.penalise(float(summed[row]), t + 1), out[int(alive[row])]))
-        if done.all():
-            break
-        if done.any():  # finished sentences leave the batch
-            keep = (~done).nonzero().squeeze(1)
-            alive = alive[keep]
-            keep = keep.to(source.device)
+        done = [token == c.eos_token_id or at for token, at in zip(picked, at_limit)]
+        if any(done):
+            total = summed.tolist()
+            for row in (r for r, d in enumerate(done) if d):
+                ended[alive[row]].append((options.penalise(total[row], t + 1), out[alive[row]]))
+            if all(done):
+                break
+            rows = [r for r, d in enumerate(done) if not d]  # finished sentences leave the batch
+            alive = [alive[r] for r in rows]
+            keep = torch.tensor(rows, device=device)
             best, summed, memory, source_mask = _select(keep, best, summed, memory, source_mask)
-            _reorder(caches, keep)
+            _reorder(caches, keep, keep)
         tokens = best[:, None]
     return ended
 
@@ -168,43 +184,61 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
     n = source.shape[0]
     memory = model.encode(source, source_mask)
     # computed once per sentence, then repeated: a sentence's k copies are equal, so that the
-    # search need not reorder them as it reorders the hypotheses (`_reorder`'s `hypotheses_only`)
+    # search need not reorder them as it reorders the hypotheses (`_reorder`'s `cross_rows`)
     caches = model.cross_caches(memory)
-    _reorder(caches, torch.arange(n, device=device).repeat_interleave(k))
-    memory, mask = memory.repeat_interleave(k, 0), source_mask.repeat_interleave(k, 0)  # (n*k, S, d)
-    alive = torch.arange(n)
+    repeat = torch.arange(n, device=device).repeat_interleave(k)
+    _reorder(caches, repeat, repeat)
+    memory, mask = memory.index_select(0, repeat), source_mask.index_select(0, repeat)  # (n*k, S, d)
+    alive, limit = list(range(n)), limits.tolist()
     sequences = torch.full((n * k, 1), c.decoder_start_token_id, dtype=torch.long, device=device)
     scores = torch.zeros(n, k, device=device)
     scores[:, 1:] = float("-inf")  # the first step draws from one beam only
     ended: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
-    for t in range(int(limits.max())):
+    for t in range(max(limit)):
         _check(stop)
-        last = (limits[alive] <= t + 1).to(device).repeat_interleave(k)
-        logp = _step(model, sequences[:, -1:], memory, mask, caches, t, last)  # (m*k, V)
-        m, vocab = alive.shape[0], logp.shape[-1]
-        top, index = (logp.view(m, k, vocab) + scores[:, :, None]).view(m, k * vocab).topk(2 * k)  # (m, 2k)
+        at_limit, last = _at_limit(limit, alive, t, device)
+        logp = _step(model, sequences[:, -1:], memory, mask, caches, t,
+                     None if last is None else last.repeat_interleave(k))  # (m*k, V)
+        m, vocab = len(alive), logp.shape[-1]
+        top, index = logp.view(m, k, vocab).add_(scores[:, :, None]).view(m, k * vocab).topk(2 * k)  # (m, 2k)
         origin, token = index // vocab, index % vocab
-        at_limit = (limits[alive] <= t + 1).to(device)[:, None]
-        ends = (token == c.eos_token_id) | at_limit
-        for i, j in (ends[:, :k]).nonzero().tolist():  # only the first k candidates may end a hypothesis
-            path = sequences[i * k + origin[i, j], 1:].tolist() + ([] if token[i, j] == c.eos_token_id else [int(token[i, j])])
-            ended[int(alive[i])].append((options.penalise(float(top[i, j]), t + 1), path))
-        scores, pick = top.masked_fill(ends, float("-inf")).topk(k)  # the best k that go on
-        rows = (torch.arange(m, device=device)[:, None] * k + origin.gather(1, pick)).view(-1)
-        sequences = torch.cat([sequences.index_select(0, rows), token.gather(1, pick).view(-1, 1)], dim=1)
-        _reorder(caches, rows, hypotheses_only=True)
-        done = torch.tensor([len(ended[int(i)]) >= k for i in alive]) | at_limit[:, 0].cpu()
-        if done.all():
+        ends = token == c.eos_token_id
+        if last is not None:
+            ends |= last[:, None]
+        _end(ended, alive, ends[:, :k], top, origin, token, sequences, t, options, c.eos_token_id)
+        done = [len(ended[i]) >= k or at for i, at in zip(alive, at_limit)]
+        if all(done):
             break
-        if done.any():  # finished sentences leave the batch
-            keep = (~done).nonzero().squeeze(1)
-            alive = alive[keep]
-            keep = keep.to(device)
+        scores, pick = top.masked_fill(ends, float("-inf")).topk(k)  # the best k that go on
+        rows = torch.arange(m, device=device)[:, None] * k + origin.gather(1, pick)  # (m, k)
+        token = token.gather(1, pick)
+        beams = None
+        if any(done):  # finished sentences leave the batch, in the same copy as the reorder
+            kept = [r for r, d in enumerate(done) if not d]
+            alive = [alive[r] for r in kept]
+            keep = torch.tensor(kept, device=device)
+            rows, token, scores = _select(keep, rows, token, scores)
             beams = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
-            scores = scores.index_select(0, keep)
-            sequences, memory, mask = _select(beams, sequences, memory, mask)
-            _reorder(caches, beams)
+            memory, mask = _select(beams, memory, mask)
+        rows = rows.view(-1)
+        sequences = torch.cat([sequences.index_select(0, rows), token.view(-1, 1)], dim=1)
+        _reorder(caches, rows, beams)
     return [sorted(hyps, key=lambda h: -h[0]) for hyps in ended]  # stable: of equal scores, the first ended
+
+
+def _end(ended, alive, ends, top, origin, token, sequences, t: int, options: DecodeOptions, eos: int) -> None:
+    """End the hypotheses of the first k candidates (m, k) where `ends` is set: each sentence's
+    ended list gets (score over the length penalty, its tokens), read from the tensors at once."""
+    hits = ends.nonzero()  # (h, 2): row, candidate
+    if hits.shape[0] == 0:
+        return
+    i, j = hits.unbind(1)
+    k = ends.shape[1]
+    paths = sequences.index_select(0, i * k + origin[i, j])[:, 1:].tolist()
+    for row, path, tok, score in zip(i.tolist(), paths, token[i, j].tolist(), top[i, j].tolist()):
+        if tok != eos:  # at the length limit: the last token is kept
+            path.append(tok)
+        ended[alive[row]].append((options.penalise(score, t + 1), path))
 
 
 def translate(model, tokenizer, sentences: list[str], options: DecodeOptions | None = None,

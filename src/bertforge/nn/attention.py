@@ -105,3 +105,43 @@ class Cache:
     @property
     def length(self) -> int:
         return self.keys[0].shape[2] if self.keys else 0
+
+
+class KeyValues:
+    """A self-attention layer's keys and values of the positions decoded so far, (N, H, P, D) each,
+    for a search that reorders its rows every step (beam search keeping and repeating hypotheses).
+    Appending a position and reordering the rows each copy the whole cache; here the reorder
+    writes the kept rows into new tensors one position longer, whose last position the next step's
+    keys and values fill in place: one pass over the cache a step instead of two. (A step of a
+    320-row beam reads and writes 40 MB of cache at 20 positions, more than the processor's cache
+    holds: its time is memory traffic.)"""
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.length = 0  # positions filled; the tensors hold one more after a reorder
+
+    def add(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append positions (N, H, T, D); returns the keys and values of every position so far."""
+        end = self.length + k.shape[2]
+        if self.keys is not None and self.keys.shape[2] == end:  # the room a reorder left
+            self.keys[:, :, self.length:] = k
+            self.values[:, :, self.length:] = v
+        elif self.keys is None:
+            self.keys, self.values = k, v
+        else:
+            self.keys = torch.cat([self.keys[:, :, :self.length], k], dim=2)
+            self.values = torch.cat([self.values[:, :, :self.length], v], dim=2)
+        self.length = end
+        return self.keys, self.values
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep (and repeat) the rows `rows`, leaving room for one more position."""
+        if self.keys is None:
+            return
+        self.keys, self.values = (self._kept(x, rows) for x in (self.keys, self.values))
+
+    def _kept(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        out = x.new_empty(rows.shape[0], x.shape[1], self.length + 1, x.shape[3])
+        torch.index_select(x[:, :, :self.length], 0, rows, out=out[:, :, :self.length])
+        return out

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import MarianConfig
-from ...nn.attention import attend
+from ...nn.attention import KeyValues, attend
 from ...nn.layers import Dropout
 from ...nn.linear import add_linear, linear, linear_act, tracing
 
@@ -63,9 +63,9 @@ class Attention(nn.Module):
         else:
             q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))
             if cache is not None:  # decoding: this position's keys and values join the past ones
-                if "k" in cache:
-                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
+                if "self" not in cache:
+                    cache["self"] = KeyValues()
+                k, v = cache["self"].add(k, v)
                 causal = False  # one new position sees every cached one
         dropout = self.dropout if self.training else 0.0
         if weights is not None:  # the page shows what each head looked at: computed in full
