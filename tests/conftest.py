@@ -272,3 +272,29 @@ def write_reversal_pairs(prefix: str, count: int, seed: int, words, lengths=(2, 
             s.write(" ".join(sentence) + "\n")
             t.write(" ".join(reversed(sentence)) + "\n")
     return prefix
+
+
+def shared_source_equals_repeated(model, source, mask, group: int = 2, steps: int = 5) -> None:
+    """A beam's decoding with the encoder's side one row per sentence, which its hypotheses share,
+    against the same with that side repeated for every hypothesis (as the search did before):
+    each hypothesis with its own tokens, the per-hypothesis cache reordered between steps."""
+    from bertforge.translate import _reorder
+
+    g = torch.Generator().manual_seed(1)
+    n = source.shape[0]
+    tokens = torch.randint(1, 20, (n * group, steps), generator=g)
+    repeat = torch.arange(n).repeat_interleave(group)
+    with torch.no_grad():
+        memory = model.encode(source, mask)
+        shared, repeated = model.cross_caches(memory), model.cross_caches(memory.index_select(0, repeat))
+        _reorder(shared, repeat)
+        for t in range(steps):
+            ours = model.decode(tokens[:, t:t + 1], memory, mask, shared, start=t)
+            theirs = model.decode(tokens[:, t:t + 1], memory.index_select(0, repeat), mask.index_select(0, repeat),
+                                  repeated, start=t)
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+            order = torch.randperm(group, generator=g)  # hypotheses move within each sentence
+            rows = (torch.arange(n)[:, None] * group + order).view(-1)
+            _reorder(shared, rows)
+            _reorder(repeated, rows, rows)
+            tokens = tokens.index_select(0, rows)

@@ -25,6 +25,7 @@ from bertforge.formats.word_vectors import write_vectors
 from bertforge.families.cove.model import CoveTranslator
 from bertforge.train_translation import train_translation
 from bertforge.translate import DecodeOptions, translate
+from conftest import shared_source_equals_repeated
 from test_translation import WORDS, _write_task
 
 
@@ -125,6 +126,14 @@ def test_step_by_step_decoding_equals_teacher_forcing():
     # padding is not read: the second row alone, unpadded, gives the same states
     alone = model.encode(source[1:2, :4], mask[1:2, :4])
     torch.testing.assert_close(memory[1:2, :4], alone, rtol=0, atol=1e-6)
+
+
+def test_a_beams_hypotheses_share_their_sentences_encoder_states():
+    torch.manual_seed(0)
+    model = CoveTranslator(CoveConfig(**PRESETS["cove-tiny"], source_vocab_size=20, vocab_size=30, word_dim=8)).eval()
+    source, mask = torch.randint(2, 20, (3, 7)), torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 4:] = False
+    shared_source_equals_repeated(model, source, mask)
 
 
 def test_the_released_layout_round_trips(copy_run, tmp_path):

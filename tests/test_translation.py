@@ -24,6 +24,7 @@ from bertforge.losses import TranslationObjective
 from bertforge.train_translation import last_stretch, train_translation
 from bertforge.training.optim import lr_at
 from bertforge.translate import DecodeOptions, decode, translate
+from conftest import shared_source_equals_repeated
 
 WORDS = "red blue green black white dog cat bird fish horse runs jumps".split()
 
@@ -149,6 +150,12 @@ def _batch(seed: int = 0):
     target = torch.randint(1, 39, (3, 6), generator=g)
     target[:, 0] = 39
     return source, mask, target
+
+
+def test_a_beams_hypotheses_share_their_sentences_encoder_states():
+    torch.manual_seed(0)
+    source, mask, _ = _batch()
+    shared_source_equals_repeated(Transformer(_tiny_config()).eval(), source, mask)
 
 
 def test_marian_layout_positions_are_transformers_sinusoids():

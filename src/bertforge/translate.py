@@ -119,8 +119,9 @@ def _select(rows: torch.Tensor, *tensors):
 def _reorder(caches: list[dict], rows: torch.Tensor, cross_rows: torch.Tensor | None = None) -> None:
     """Keep (and repeat) the cached rows `rows`: every cached tensor is batch-first (the Transformer's
     keys and values, an LSTM decoder's states). An entry named "cross" (the keys and values of the
-    encoder's states, the same for every hypothesis of a sentence) is kept by `cross_rows` instead,
-    and left as it is where that is None: a beam's reorder only moves hypotheses within a sentence."""
+    encoder's states, one row per sentence, which a beam's hypotheses share) is kept by `cross_rows`
+    instead, and left as it is where that is None: a beam's reorder only moves hypotheses within a
+    sentence."""
     for cache in caches:
         for key, value in cache.items():
             kept = cross_rows if key == "cross" else rows
@@ -183,12 +184,10 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
     c, k, device = model.config, options.beam, source.device
     n = source.shape[0]
     memory = model.encode(source, source_mask)
-    # computed once per sentence, then repeated: a sentence's k copies are equal, so that the
-    # search need not reorder them as it reorders the hypotheses (`_reorder`'s `cross_rows`)
+    # the encoder's side stays one row per sentence, which its k hypotheses share (the decoder
+    # reads it once per sentence); what each hypothesis has of its own starts as k copies
     caches = model.cross_caches(memory)
-    repeat = torch.arange(n, device=device).repeat_interleave(k)
-    _reorder(caches, repeat, repeat)
-    memory, mask = memory.index_select(0, repeat), source_mask.index_select(0, repeat)  # (n*k, S, d)
+    _reorder(caches, torch.arange(n, device=device).repeat_interleave(k))
     alive, limit = list(range(n)), limits.tolist()
     sequences = torch.full((n * k, 1), c.decoder_start_token_id, dtype=torch.long, device=device)
     scores = torch.zeros(n, k, device=device)
@@ -197,7 +196,7 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
     for t in range(max(limit)):
         _check(stop)
         at_limit, last = _at_limit(limit, alive, t, device)
-        logp = _step(model, sequences[:, -1:], memory, mask, caches, t,
+        logp = _step(model, sequences[:, -1:], memory, source_mask, caches, t,
                      None if last is None else last.repeat_interleave(k))  # (m*k, V)
         m, vocab = len(alive), logp.shape[-1]
         top, index = logp.view(m, k, vocab).add_(scores[:, :, None]).view(m, k * vocab).topk(2 * k)  # (m, 2k)
@@ -212,17 +211,15 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
         scores, pick = top.masked_fill(ends, float("-inf")).topk(k)  # the best k that go on
         rows = torch.arange(m, device=device)[:, None] * k + origin.gather(1, pick)  # (m, k)
         token = token.gather(1, pick)
-        beams = None
+        keep = None
         if any(done):  # finished sentences leave the batch, in the same copy as the reorder
             kept = [r for r, d in enumerate(done) if not d]
             alive = [alive[r] for r in kept]
             keep = torch.tensor(kept, device=device)
-            rows, token, scores = _select(keep, rows, token, scores)
-            beams = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
-            memory, mask = _select(beams, memory, mask)
+            rows, token, scores, memory, source_mask = _select(keep, rows, token, scores, memory, source_mask)
         rows = rows.view(-1)
         sequences = torch.cat([sequences.index_select(0, rows), token.view(-1, 1)], dim=1)
-        _reorder(caches, rows, beams)
+        _reorder(caches, rows, keep)
     return [sorted(hyps, key=lambda h: -h[0]) for hyps in ended]  # stable: of equal scores, the first ended
 
 

@@ -76,9 +76,11 @@ class CoveTranslator(nn.Module):
     def decode(self, tokens: torch.Tensor, memory: torch.Tensor, source_mask: torch.Tensor,
                caches: list[dict] | None = None, start: int = 0, attention: list | None = None) -> torch.Tensor:
         """The attentional states (N, T, hidden) after each of `tokens` (N, T). With `caches` (from
-        `cross_caches`) the decoding continues from the state there and leaves its new state there.
+        `cross_caches`) the decoding continues from the state there and leaves its new state there;
+        `memory` and `source_mask` may then have one row per sentence for N / n hypotheses each.
         `attention`, a list, receives each step's weights over the source (N, S)."""
         state = (caches or self.cross_caches(memory))[0]
+        n = memory.shape[0]  # sentences: fewer than the N rows where a beam's hypotheses share them
         h, c, feed = list(state["h"].unbind(1)), list(state["c"].unbind(1)), state["feed"]
         words = self.dropout(self.embeddings(tokens))  # (N, T, E)
         outputs = []
@@ -87,13 +89,14 @@ class CoveTranslator(nn.Module):
             for layer, cell in enumerate(self.cells):
                 h[layer], c[layer] = cell(x, (h[layer], c[layer]))
                 x = self.dropout(h[layer]) if layer + 1 < len(self.cells) else h[layer]
-            scores = torch.einsum("nm,nsm->ns", self.attend(x), memory).masked_fill(~source_mask, float("-inf"))
-            weights = scores.softmax(-1)  # (N, S)
-            context = torch.einsum("ns,nsm->nm", weights, memory)
+            # (n, g, S): a beam's g hypotheses of each of the n sentences read its states in one product
+            scores = torch.bmm(self.attend(x).unflatten(0, (n, -1)), memory.transpose(1, 2))
+            weights = scores.masked_fill(~source_mask[:, None], float("-inf")).softmax(-1)
+            context = torch.bmm(weights, memory).flatten(0, 1)  # (N, memory)
             feed = torch.tanh(self.combine(torch.cat([context, x], dim=-1)))  # (N, hidden)
             outputs.append(feed)
             if attention is not None:
-                attention.append(weights)
+                attention.append(weights.flatten(0, 1))  # (N, S)
         if caches is not None:
             state.update(h=torch.stack(h, 1), c=torch.stack(c, 1), feed=feed)
         return self.dropout(torch.stack(outputs, 1))

@@ -60,6 +60,8 @@ class Attention(nn.Module):
         if self.cross:
             q = self.split(self.query(x))
             k, v = cache["cross"] if cache is not None and "cross" in cache else self.keys_values(memory)
+            if k.shape[0] < q.shape[0]:  # a beam: the hypotheses of a sentence share its source
+                return self.grouped(q, k, v, mask, residual)
         else:
             q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))
             if cache is not None:  # decoding: this position's keys and values join the past ones
@@ -82,6 +84,15 @@ class Attention(nn.Module):
         else:  # on a CPU, written out where that is faster: training's dropout, short rows, a decoding step
             out = attend(q, k, v, mask, dropout, causal)
         return add_linear(residual, self.out, out.transpose(1, 2).flatten(2))  # (B, T, d)
+
+    def grouped(self, q, k, v, mask, residual) -> torch.Tensor:
+        """Attention of the queries of n x g hypotheses (n*g, H, T, D) to the n sentences' keys and
+        values (n, H, S, D), each sentence's g hypotheses in one product: the source's keys are read
+        once per sentence, not once per hypothesis, and are not repeated in memory."""
+        n, (rows, heads, length, size) = k.shape[0], q.shape
+        q = q.unflatten(0, (n, -1)).transpose(1, 2).flatten(2, 3)  # (n, H, g*T, D)
+        out = attend(q, k, v, mask, 0.0).unflatten(2, (-1, length)).transpose(1, 2)  # (n, g, H, T, D)
+        return add_linear(residual, self.out, out.reshape(rows, heads, length, size).transpose(1, 2).flatten(2))
 
 
 class FeedForward(nn.Module):
@@ -212,7 +223,8 @@ class Transformer(nn.Module):
     def decode(self, target: torch.Tensor, memory: torch.Tensor, source_mask: torch.Tensor,
                caches: list[dict] | None = None, start: int = 0, weights: list | None = None) -> torch.Tensor:
         """The decoder's states (B, T, d) for `target` (positions `start`...); `caches`, one dict per
-        layer, hold the keys and values of earlier positions and of the encoder's states."""
+        layer, hold the keys and values of earlier positions and of the encoder's states. With a
+        cache, the encoder's side may have one row per sentence for B / n hypotheses each (a beam)."""
         mask = self.source_mask(source_mask)
         x = self.decoder.embed(self.embeddings, target, start)
         for i, layer in enumerate(self.decoder.layers):
