@@ -119,9 +119,8 @@ def _select(rows: torch.Tensor, *tensors):
 def _reorder(caches: list[dict], rows: torch.Tensor, cross_rows: torch.Tensor | None = None) -> None:
     """Keep (and repeat) the cached rows `rows`: every cached tensor is batch-first (the Transformer's
     keys and values, an LSTM decoder's states). An entry named "cross" (the keys and values of the
-    encoder's states, one row per sentence, which a beam's hypotheses share) is kept by `cross_rows`
-    instead, and left as it is where that is None: a beam's reorder only moves hypotheses within a
-    sentence."""
+    encoder's states, what depends on the source alone) is kept by `cross_rows` instead, and left as
+    it is where that is None: a beam's reorder only moves hypotheses within a sentence."""
     for cache in caches:
         for key, value in cache.items():
             kept = cross_rows if key == "cross" else rows
@@ -184,10 +183,15 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
     c, k, device = model.config, options.beam, source.device
     n = source.shape[0]
     memory = model.encode(source, source_mask)
-    # the encoder's side stays one row per sentence, which its k hypotheses share (the decoder
-    # reads it once per sentence); what each hypothesis has of its own starts as k copies
+    # What each hypothesis has of its own starts as k copies. The encoder's side (its states, the
+    # mask, the cache's "cross" entries) stays one row per sentence where the model reads it once
+    # for the sentence's k hypotheses (`shares_source`), and is repeated k times where it does not.
+    share = getattr(model, "shares_source", False)
     caches = model.cross_caches(memory)
-    _reorder(caches, torch.arange(n, device=device).repeat_interleave(k))
+    repeat = torch.arange(n, device=device).repeat_interleave(k)
+    _reorder(caches, repeat, None if share else repeat)
+    if not share:
+        memory, source_mask = _select(repeat, memory, source_mask)
     alive, limit = list(range(n)), limits.tolist()
     sequences = torch.full((n * k, 1), c.decoder_start_token_id, dtype=torch.long, device=device)
     scores = torch.zeros(n, k, device=device)
@@ -211,15 +215,17 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
         scores, pick = top.masked_fill(ends, float("-inf")).topk(k)  # the best k that go on
         rows = torch.arange(m, device=device)[:, None] * k + origin.gather(1, pick)  # (m, k)
         token = token.gather(1, pick)
-        keep = None
+        sides = None  # the encoder's side: kept as it is
         if any(done):  # finished sentences leave the batch, in the same copy as the reorder
             kept = [r for r, d in enumerate(done) if not d]
             alive = [alive[r] for r in kept]
             keep = torch.tensor(kept, device=device)
-            rows, token, scores, memory, source_mask = _select(keep, rows, token, scores, memory, source_mask)
+            rows, token, scores = _select(keep, rows, token, scores)
+            sides = keep if share else (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            memory, source_mask = _select(sides, memory, source_mask)
         rows = rows.view(-1)
         sequences = torch.cat([sequences.index_select(0, rows), token.view(-1, 1)], dim=1)
-        _reorder(caches, rows, keep)
+        _reorder(caches, rows, sides)
     return [sorted(hyps, key=lambda h: -h[0]) for hyps in ended]  # stable: of equal scores, the first ended
 
 

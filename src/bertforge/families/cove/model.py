@@ -45,6 +45,8 @@ class MTLSTM(nn.Module):
 class CoveTranslator(nn.Module):
     """MT-LSTM and the attentional decoder."""
 
+    shares_source = True  # beam search may give `decode` one memory row per sentence (see `decode`)
+
     def __init__(self, config: CoveConfig):
         super().__init__()
         self.config = config

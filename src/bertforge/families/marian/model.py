@@ -182,6 +182,9 @@ class Transformer(nn.Module):
     """The encoder-decoder. `encode` the source once, `decode` the target (all positions at once
     in training; one at a time with a cache in decoding), `logits` of the decoder's states."""
 
+    # beam search may give `decode` one row of the encoder's side per sentence for its hypotheses
+    shares_source = True
+
     def __init__(self, config: MarianConfig):
         super().__init__()
         self.config = config
