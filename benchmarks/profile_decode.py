@@ -1,6 +1,7 @@
 """Where decoding's time goes: torch.profiler over ours translating test sentences (beam 5 and
-greedy, batches of 64, in a precision), each operator's own time summed by kind, and what is left
-of the wall-clock time outside every operator (Python: the search's bookkeeping, the layers' glue).
+greedy, in the default batches of 128, in a precision), each operator's own time summed by kind,
+and what is left of the wall-clock time outside every operator (Python: the search's bookkeeping,
+the layers' glue).
 
     python benchmarks/profile_decode.py --model runs/mt-speed/model-for-speed/model [--sentences 200]
         [--precision fp32|bf16|int8] [--pair en-de]
@@ -21,7 +22,7 @@ from translation import TEST, multi30k, pair_arg  # noqa: E402
 
 # operator (its name after "aten::" or "quantized::") -> kind; the rest are "other operators"
 KINDS = [("matrix products", {"addmm", "mm", "bmm", "linear_dynamic", "matmul", "linear", "_linear_pointwise"}),
-         ("attention", {"_scaled_dot_product_flash_attention_for_cpu", "scaled_dot_product_attention",
+         ("attention", {"_scaled_dot_product_flash_attention_for_cpu", "scaled_dot_product_attention", "baddbmm",
                         "_scaled_dot_product_attention_math"}),
          ("layer norm", {"layer_norm", "native_layer_norm"}),
          ("softmax, log-softmax, top-k", {"softmax", "_softmax", "log_softmax", "_log_softmax", "topk", "argmax"}),
@@ -44,7 +45,7 @@ def profile(model, tokenizer, sentences, beam: int, precision: str) -> dict:
     from bertforge.translate import DecodeOptions, translate
 
     context = for_inference(model, precision)  # int8 quantizes the model on the first call (then a no-op)
-    options = DecodeOptions(beam=beam, batch_size=64)
+    options = DecodeOptions(beam=beam)  # the default batch
     with context:
         translate(model, tokenizer, sentences[:64], options)  # warm-up
         start = time.perf_counter()

@@ -16,10 +16,10 @@ speed    in one sitting, each measurement in its own process, in turn: the train
          backward, clip, AdamW) on real Multi30k batches of 4,096 tokens, ours
          (`TranslationObjective`) against `MarianMTModel` on the same batches in the same precision
          (fp32 and, where the CPU has bf16, bf16 autocast), as target tokens/s; then beam-5 and
-         greedy decoding of 500 test sentences in batches of 64 on the same weights, fp32: ours
-         (`translate`), `MarianMTModel.generate` on our exported directory, and CTranslate2 on its
-         conversion when `ctranslate2` imports: its own length-sorted batches of 32, as its users
-         run it ("ctranslate2"), and of 64, as ours ("ctranslate2-64"); int8 against CTranslate2's
+         greedy decoding of 500 test sentences in batches of 128 (our default) on the same weights,
+         fp32: ours (`translate`), `MarianMTModel.generate` on our exported directory, and
+         CTranslate2 on its conversion when `ctranslate2` imports: its own length-sorted batches of
+         32, as its users run it ("ctranslate2"), and of 128, as ours ("ctranslate2-128"); int8 against CTranslate2's
          int8, and ours in bf16. Peak resident memory of each process, and each side's share of
          the machine's matrix-product peak in its precision (the model's FLOPs, mt_flops.py, a
          second over the best square product, measured first in the same run). The weights are
@@ -60,6 +60,7 @@ from mt_flops import decoding_flops, training_flops
 LANGS = ("en", "de", "fr", "cs")
 TEST = "test_2016_flickr"
 MAX_TOKENS = 4096
+BATCH = 128  # sentences decoded together: our default (`DecodeOptions`), given to every peer as well
 QUICK = {"minutes": 1.0, "sentences": 50, "preset": "mt-tiny", "vocab_size": 2000, "eval_every": 100}
 FULL = {"minutes": 60.0, "sentences": 1000, "preset": "multi30k", "vocab_size": 8000, "eval_every": 500}
 
@@ -439,13 +440,13 @@ def step_child(impl: str, precision: str, model_dir: str, pair: str, warm: str, 
 
 def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hyp_path: str, ct2_dir: str = "",
                  precision: str = "fp32") -> dict:
-    """Child: sentences/s of translating the first `count` test sentences in batches of 64 in
+    """Child: sentences/s of translating the first `count` test sentences in batches of 128 in
     `precision` (fp32; int8: ours `translate --precision int8`, CTranslate2's compute_type int8; bf16:
     ours under autocast), after one untimed batch; the translations written to `hyp_path`. Every
     implementation stops a translation at the same length, 1.5 x the longest source + 10 tokens (ours'
     default rule of each sentence would give transformers, whose limit is per batch, other work on a
     model that rarely ends). `ct2_dir`: CTranslate2's conversion of `model_dir`, for impl "ctranslate2"
-    (batches of 32) and "ctranslate2-64"."""
+    (batches of 32) and "ctranslate2-128" (ours' default)."""
     import torch
 
     from bertforge.data.parallel import TranslationTokenizer
@@ -462,7 +463,7 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
         from bertforge.quantize import for_inference
 
         loaded = load(model_dir)
-        options = DecodeOptions(beam=beam, batch_size=64, max_len_a=0.0, max_len_b=limit)
+        options = DecodeOptions(beam=beam, max_len_a=0.0, max_len_b=limit)  # our default batch
         context = for_inference(loaded.model, precision)
 
         def run(texts):
@@ -474,10 +475,10 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
         model, tokenizer = MarianMTModel.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
 
         def run(texts):  # ours never emits the pad id (it starts every decoding): the same rule here
-            return hf_translate(model, tokenizer, texts, beam, limit=limit, bad_words_ids=[[tokenizer.pad_token_id]])
+            return hf_translate(model, tokenizer, texts, beam, BATCH, limit=limit, bad_words_ids=[[tokenizer.pad_token_id]])
     else:
-        run = ct2_translator(model_dir, ct2_dir, beam, limit, CT2_TYPES[precision], 64 if impl.endswith("-64") else 32)
-    run(sentences[:64])
+        run = ct2_translator(model_dir, ct2_dir, beam, limit, CT2_TYPES[precision], BATCH if impl.endswith(f"-{BATCH}") else 32)
+    run(sentences[:BATCH])
     start = time.perf_counter()
     hyps = run(sentences)
     seconds = time.perf_counter() - start
@@ -575,8 +576,8 @@ def speed(args, size: dict) -> dict:
     os.makedirs(os.path.join(args.out, "decoded"), exist_ok=True)
     # fp32 against both peers, int8 against CTranslate2's int8; bf16 (where the CPU has it) ours alone:
     # CTranslate2 (4.6) refuses bfloat16 on a CPU ("no efficient bfloat16 computation")
-    groups = [("fp32", ["ours", "transformers", "ctranslate2", "ctranslate2-64"]),
-              ("int8", ["ours", "ctranslate2", "ctranslate2-64"])]
+    groups = [("fp32", ["ours", "transformers", "ctranslate2", f"ctranslate2-{BATCH}"]),
+              ("int8", ["ours", "ctranslate2", f"ctranslate2-{BATCH}"])]
     groups += [("bf16", ["ours"])] if cpu_has_bf16() else []
     for beam in ("5", "1"):
         name = "greedy" if beam == "1" else f"beam {beam}"
@@ -591,7 +592,7 @@ def speed(args, size: dict) -> dict:
                 best[impl]["same_as_ours"] = sum(a == b for a, b in zip(ours, theirs)) / len(ours)  # ours in fp32
                 best[impl]["mean_words"] = round(sum(len(h.split()) for h in theirs) / len(theirs), 1)
                 best[impl]["bleu"] = corpus_scores(theirs, references)["bleu"]
-            rows += speed_rows(f"{name} decoding, {count} test sentences, batches of 64", precision, best, "sentences",
+            rows += speed_rows(f"{name} decoding, {count} test sentences, batches of {BATCH}", precision, best, "sentences",
                                peak)
             if ct2_missing and "ctranslate2" in planned:
                 rows.append({"case": rows[-1]["case"], "impl": "ctranslate2", "precision": precision,

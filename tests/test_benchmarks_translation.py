@@ -51,6 +51,12 @@ def test_the_pair_is_two_different_multi30k_languages():
         translation.build_parser().parse_args(["quality", "--pair", "de-de"])
 
 
+def test_every_decoder_is_given_our_default_batch():
+    from bertforge.translate import DecodeOptions
+
+    assert translation.BATCH == DecodeOptions().batch_size
+
+
 def test_peer_batches_keep_the_padded_budget_and_every_pair_once():
     lengths = [(3, 5), (9, 2), (4, 4), (12, 13), (1, 1), (7, 8), (12, 12), (2, 6)]
     pairs = [([0] * s, [0] * t) for s, t in lengths]

@@ -35,7 +35,9 @@ class DecodeOptions:
     penalty: str = "hf"
     max_len_a: float = 1.5
     max_len_b: int = 10
-    batch_size: int = 64
+    # sentences decoded together: at 128, beam 5 and greedy search run 5-10% faster than at 64 (a
+    # step's fixed costs shared by more rows), no faster at 256 (the 5-minute Multi30k model, 2 cores)
+    batch_size: int = 128
     # Tokens one batch may have the model read (`decode_tokens`, the service's estimate): batches are
     # cut to fit, and a sentence over it alone is refused (a beam of 50,000 grew to 24 GB). None: no
     # bound (the service bounds each request itself, by its --max-tokens).

@@ -88,7 +88,7 @@ def _add_translate(commands) -> None:
                    help="hf: score / length**alpha (transformers', fairseq's); gnmt: score / ((5+length)/6)**alpha")
     p.add_argument("--max-len-a", type=float, default=1.5, help="length limit: a x source length + b")
     p.add_argument("--max-len-b", type=int, default=10, help="length limit: a x source length + b")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
+    p.add_argument("--batch-size", type=int, default=128, help="sentences decoded together")
     p.add_argument("--scores", action="store_true",
                    help="write each translation's score after it, tab-separated: its summed log-probability over "
                         "the length penalty, what the search ranks by (transformers' sequences_scores)")
