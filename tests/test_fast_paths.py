@@ -14,6 +14,7 @@ from bertforge.data.shards import encode_sentences, word_local
 from bertforge.losses import vocab_loss
 from bertforge.nn.attention import KeyValues, attend, attention
 from bertforge.nn.layers import dropout, dropout_mask
+from bertforge.translate import row_argmax
 
 
 def test_dropout_masks_keep_the_right_share_independently():
@@ -105,6 +106,34 @@ def test_a_reorder_leaves_room_that_the_next_position_fills_in_place():
     got_k, _ = cache.add(torch.ones(2, 2, 1, 4), torch.ones(2, 2, 1, 4))
     assert got_k.shape == (2, 2, 8, 4) and torch.equal(got_k[:, :, :6], keys[[1, 4]])
     assert torch.equal(got_k[:, :, 6:], torch.tensor([0.0, 1.0])[:, None].expand(2, 2, 2, 4))
+
+
+@pytest.mark.parametrize("width", [8000, 130, 64, 5])  # whole blocks, a part block, one block, less than one
+def test_row_argmax_is_torchs_first_of_equal_maxima(width):
+    torch.manual_seed(0)
+    x = torch.randn(6, width).round(decimals=1)  # many equal values
+    x[1] = float("-inf")  # a row with nothing possible: its first column, as argmax says
+    x[2, -1] = x[2].max() + 1  # the maximum in the last (padded) block
+    x[3, :] = x[3, 0]  # every column equal: the first
+    x[4, [width // 2, width - 1]] = 50.0  # two equal maxima: the first
+    assert torch.equal(row_argmax(x), x.argmax(-1))
+    assert torch.equal(row_argmax(x, block=4), x.argmax(-1))
+
+
+def test_a_translation_models_encoder_keys_and_values_are_laid_out_once_for_every_step():
+    """Decoding's cache holds the encoder states' keys and values contiguous: as views of the fused
+    projection every step's attention would copy them again."""
+    from bertforge.families.marian.config import MarianConfig
+    from bertforge.families.marian.model import Transformer
+
+    model = Transformer(MarianConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=2,
+                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                     decoder_ffn_dim=32)).eval()
+    memory = torch.randn(3, 7, 16)
+    for cache, layer in zip(model.cross_caches(memory), model.decoder.layers):
+        keys, values = layer.cross_attention.inner.keys_values(memory)
+        assert all(x.is_contiguous() for x in cache["cross"])
+        assert torch.equal(cache["cross"][0], keys) and torch.equal(cache["cross"][1], values)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

@@ -23,7 +23,7 @@ from bertforge.families.marian.model import Transformer, sinusoids
 from bertforge.losses import TranslationObjective
 from bertforge.train_translation import last_stretch, train_translation
 from bertforge.training.optim import lr_at
-from bertforge.translate import DecodeOptions, decode, translate
+from bertforge.translate import DecodeOptions, decode, decode_scored, translate
 from conftest import shared_source_equals_repeated
 
 WORDS = "red blue green black white dog cat bird fish horse runs jumps".split()
@@ -156,6 +156,28 @@ def test_a_beams_hypotheses_share_their_sentences_encoder_states():
     torch.manual_seed(0)
     source, mask, _ = _batch()
     shared_source_equals_repeated(Transformer(_tiny_config()).eval(), source, mask)
+
+
+@pytest.mark.parametrize("beam", [3, 30])  # 30: the vocabulary (40) is short of 2 x 30 candidates from one row
+def test_a_beams_first_step_reads_one_row_per_sentence_and_finds_the_same(beam, monkeypatch):
+    """Before the first step a sentence's hypotheses are alike: a model that shares the source runs
+    that step on one row per sentence and k after it; its hypotheses and scores are those of the
+    search that runs k rows from the start (a model that does not share the source)."""
+    torch.manual_seed(0)
+    model = Transformer(_tiny_config()).eval()
+    source, mask, _ = _batch()
+    options = DecodeOptions(beam=beam, max_len_a=0.0, max_len_b=6)
+    rows, decode_rows = [], model.decode
+    monkeypatch.setattr(model, "decode", lambda tokens, *a, **kw: rows.append(tokens.shape[0]) or decode_rows(tokens, *a, **kw))
+    ours = decode_scored(model, source, mask, options)
+    assert rows[:2] == ([3, 3 * beam] if 2 * beam <= 40 else [3 * beam, 3 * beam])
+    rows.clear()
+    monkeypatch.setattr(model, "shares_source", False)  # k copies of everything from the first step
+    theirs = decode_scored(model, source, mask, options)
+    assert rows[0] == 3 * beam
+    for mine, other in zip(ours, theirs):
+        assert [h for _, h in mine] == [h for _, h in other]
+        assert [s for s, _ in mine] == pytest.approx([s for s, _ in other], abs=1e-5)
 
 
 def test_marian_layout_positions_are_transformers_sinusoids():

@@ -246,8 +246,11 @@ class Transformer(nn.Module):
         return linear(states, weight, self.final_logits_bias)
 
     def cross_caches(self, memory: torch.Tensor) -> list[dict]:
-        """A fresh cache per decoder layer, holding the encoder states' keys and values."""
-        return [{"cross": layer.cross_attention.inner.keys_values(memory)} for layer in self.decoder.layers]
+        """A fresh cache per decoder layer, holding the encoder states' keys and values, each made
+        contiguous once: as views of the fused projection's output every step's attention would copy
+        them (a greedy step of 128 rows: 0.8 of its 12 ms)."""
+        return [{"cross": tuple(x.contiguous() for x in layer.cross_attention.inner.keys_values(memory))}
+                for layer in self.decoder.layers]
 
     def forward(self, source, source_mask, target_in) -> torch.Tensor:
         return self.logits(self.decode(target_in, self.encode(source, source_mask), source_mask))
