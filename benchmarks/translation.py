@@ -475,9 +475,11 @@ def decode_child(impl: str, beam: str, model_dir: str, pair: str, count: str, hy
         model, tokenizer = MarianMTModel.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
 
         def run(texts):  # ours never emits the pad id (it starts every decoding): the same rule here
-            return hf_translate(model, tokenizer, texts, beam, BATCH, limit=limit, bad_words_ids=[[tokenizer.pad_token_id]])
+            return hf_translate(model, tokenizer, texts, beam, BATCH, limit=limit,
+                                bad_words_ids=[[tokenizer.pad_token_id]])
     else:
-        run = ct2_translator(model_dir, ct2_dir, beam, limit, CT2_TYPES[precision], BATCH if impl.endswith(f"-{BATCH}") else 32)
+        batch = BATCH if impl.endswith(f"-{BATCH}") else 32
+        run = ct2_translator(model_dir, ct2_dir, beam, limit, CT2_TYPES[precision], batch)
     run(sentences[:BATCH])
     start = time.perf_counter()
     hyps = run(sentences)

@@ -168,7 +168,12 @@ def test_a_beams_first_step_reads_one_row_per_sentence_and_finds_the_same(beam, 
     source, mask, _ = _batch()
     options = DecodeOptions(beam=beam, max_len_a=0.0, max_len_b=6)
     rows, decode_rows = [], model.decode
-    monkeypatch.setattr(model, "decode", lambda tokens, *a, **kw: rows.append(tokens.shape[0]) or decode_rows(tokens, *a, **kw))
+
+    def counted(tokens, *args, **kwargs):  # the rows each step reads
+        rows.append(tokens.shape[0])
+        return decode_rows(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", counted)
     ours = decode_scored(model, source, mask, options)
     assert rows[:2] == ([3, 3 * beam] if 2 * beam <= 40 else [3 * beam, 3 * beam])
     rows.clear()
