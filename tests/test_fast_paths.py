@@ -14,7 +14,7 @@ from bertforge.data.shards import encode_sentences, word_local
 from bertforge.losses import vocab_loss
 from bertforge.nn.attention import KeyValues, attend, attention
 from bertforge.nn.layers import dropout, dropout_mask
-from bertforge.translate import row_argmax
+from bertforge.translate import row_argmax, top_candidates
 
 
 def test_dropout_masks_keep_the_right_share_independently():
@@ -118,6 +118,39 @@ def test_row_argmax_is_torchs_first_of_equal_maxima(width):
     x[4, [width // 2, width - 1]] = 50.0  # two equal maxima: the first
     assert torch.equal(row_argmax(x), x.argmax(-1))
     assert torch.equal(row_argmax(x, block=4), x.argmax(-1))
+
+
+@pytest.mark.parametrize("width, vocab", [(5, 8000), (1, 8000), (5, 130), (1, 650), (3, 70)])
+def test_the_best_candidates_by_block_maxima_are_topks_over_the_whole_rows(width, vocab):
+    """A beam step's 2k best of k rows x V words plus their scores: the same values and indices as
+    `topk` over each sentence's whole row. Whole blocks and a part block; (1, 650) and (3, 70): fewer
+    blocks than candidates from the rows, which `topk` takes whole."""
+    torch.manual_seed(0)
+    n = 10
+    logp = torch.log_softmax(torch.randn(7, width, vocab) * 3, -1)
+    scores = torch.randn(7, width) * 2
+    if width > 1:
+        scores[0, 1:] = float("-inf")  # the first step of a search that repeats its rows: one beam only
+    scores[1] = scores[1, 0]  # equal scores
+    logp[2, :, ::3] = float("-inf")  # the words a step rules out
+    want = (logp + scores[:, :, None]).view(7, -1).topk(n)
+    top, index = top_candidates(logp.clone(), scores, n)
+    assert torch.equal(top, want.values) and torch.equal(index, want.indices)
+    assert torch.equal(top_candidates(logp.clone(), scores, n, block=16)[1], want.indices)
+
+
+def test_candidates_that_are_all_impossible_still_name_words_of_the_vocabulary():
+    """Rows at a forced end are -inf but for one word: the rest of the 2k candidates are equals
+    at -inf, taken in some order, but each names a real row and word (never the padding of a part block)."""
+    logp = torch.full((2, 3, 130), float("-inf"))
+    logp[:, :, 0] = 0.0
+    top, index = top_candidates(logp, torch.zeros(2, 3), 6)
+    assert torch.equal(top[:, :3], torch.zeros(2, 3)) and torch.isinf(top[:, 3:]).all()
+    assert sorted(index[0, :3].tolist()) == [0, 130, 260]
+    assert ((index >= 0) & (index < 3 * 130)).all()
+    for width, vocab, n in [(2, 65, 4), (5, 8001, 10), (5, 100, 10)]:  # nothing possible at all
+        _, index = top_candidates(torch.full((2, width, vocab), float("-inf")), torch.zeros(2, width), n)
+        assert ((index >= 0) & (index < width * vocab)).all()
 
 
 def test_a_translation_models_encoder_keys_and_values_are_laid_out_once_for_every_step():

@@ -185,6 +185,32 @@ def test_a_beams_first_step_reads_one_row_per_sentence_and_finds_the_same(beam, 
         assert [s for s, _ in mine] == pytest.approx([s for s, _ in other], abs=1e-5)
 
 
+@pytest.mark.parametrize("forced", [None, 0])  # 0: a published OPUS-MT model's forced end at the length limit
+def test_greedy_search_without_scores_picks_the_same_tokens_by_the_logits(forced, monkeypatch):
+    """`decode` (no scores) skips the log-softmax over the vocabulary and picks by the logits, the
+    pad id and the forced end applied to them: the same tokens as the scored search, whose score it
+    does not claim."""
+    torch.manual_seed(0)
+    model = Transformer(_tiny_config(forced_eos_token_id=forced)).eval()
+    source, mask, _ = _batch()
+    options = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=7)
+    scored = decode_scored(model, source, mask, options)
+    calls, log_softmax = [], torch.log_softmax
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return log_softmax(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "log_softmax", counted)
+    plain = decode_scored(model, source, mask, options, scores=False)
+    assert calls == []
+    assert [h for h in plain] == [[(None, hyps[0][1])] for hyps in scored]
+    assert decode(model, source, mask, options) == [hyps[0][1] for hyps in scored]
+    assert all(score is not None for hyps in scored for score, _ in hyps)
+    if forced is not None:  # the limit reached: every row's last token is the forced end, and it is dropped
+        assert all(len(hyps[0][1]) < 7 for hyps in scored)
+
+
 def test_marian_layout_positions_are_transformers_sinusoids():
     from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 

@@ -83,35 +83,42 @@ def decode(model, source: torch.Tensor, source_mask: torch.Tensor, options: Deco
            stop=None) -> list[list[int]]:
     """The best translation of each source row as token ids (without the start and end tokens).
     `stop`: a `threading.Event`; once it is set, the next step raises `Stopped`."""
-    return [hyps[0][1] if hyps else [] for hyps in decode_scored(model, source, source_mask, options, stop)]
+    hyps = decode_scored(model, source, source_mask, options, stop, scores=False)
+    return [h[0][1] if h else [] for h in hyps]
 
 
 @torch.no_grad()
 def decode_scored(model, source: torch.Tensor, source_mask: torch.Tensor, options: DecodeOptions,
-                  stop=None) -> list[list[tuple[float, list[int]]]]:
+                  stop=None, scores: bool = True) -> list[list[tuple[float | None, list[int]]]]:
     """Every hypothesis the search ended for each source row, best first, as (score, token ids): the
     score is the summed log-probability of its tokens (the end token's included) over the length
-    penalty, the number the search ranks by (`generate`'s `sequences_scores`). Greedy search ends one."""
+    penalty, the number the search ranks by (`generate`'s `sequences_scores`). Greedy search ends one;
+    with `scores` False its score is None: it picks by the logits and skips the log-softmax over the
+    vocabulary (as `generate`'s greedy search does; 5-9% of a step). Beam search ranks by scores."""
     model.eval()
     limits = _limits(source_mask, options, model.config.max_position_embeddings)
     if options.beam == 1:
-        return _greedy(model, source, source_mask, limits, options, stop)
+        return _greedy(model, source, source_mask, limits, options, stop, scores)
     return _beam(model, source, source_mask, limits, options, stop)
 
 
-def _step(model, tokens: torch.Tensor, memory, mask, caches, t: int, last: torch.Tensor | None) -> torch.Tensor:
-    """Log-probabilities (N, V) of the next token after position `t`, in fp32; never the pad id
-    (it starts every decoding and is no word). Where the config has a `forced_eos_token_id`
+def _step(model, tokens: torch.Tensor, memory, mask, caches, t: int, last: torch.Tensor | None,
+          log_probs: bool = True) -> torch.Tensor:
+    """Log-probabilities (N, V) of the next token after position `t`, in fp32 (with `log_probs`
+    False the logits: their arg max is the same and a pass over the vocabulary is saved); never the
+    pad id (it starts every decoding and is no word). Where the config has a `forced_eos_token_id`
     (published OPUS-MT models do), rows at their last position (`last`, (N,) bool, or None where
     no row is) can only end, at no cost (log-probability 0), as `generate`'s forced end scores it."""
     states = model.decode(tokens, memory, mask, caches, start=t)
-    logp = torch.log_softmax(model.logits(states[:, -1]).float(), dim=-1)
-    logp[:, model.config.pad_token_id] = float("-inf")
+    x = model.logits(states[:, -1]).float()
+    if log_probs:  # normalised over every word, the pad id's included, as `generate` does
+        x = torch.log_softmax(x, dim=-1)
+    x[:, model.config.pad_token_id] = float("-inf")
     forced = getattr(model.config, "forced_eos_token_id", None)
     if forced is not None and last is not None:
-        logp[last] = float("-inf")
-        logp[last, forced] = 0.0
-    return logp
+        x[last] = float("-inf")
+        x[last, forced] = 0.0
+    return x
 
 
 def row_argmax(x: torch.Tensor, block: int = 64) -> torch.Tensor:
@@ -125,6 +132,30 @@ def row_argmax(x: torch.Tensor, block: int = 64) -> torch.Tensor:
     blocks = x.view(rows, -1, block)
     first = blocks.amax(-1).argmax(-1)  # (N,): the first block holding the row's maximum
     return first * block + blocks[torch.arange(rows, device=x.device), first].argmax(-1)
+
+
+def top_candidates(logp: torch.Tensor, scores: torch.Tensor, n: int, block: int = 64):
+    """The `n` best of each sentence's continuations, (values, indices) as `(logp + scores[..., None])
+    .view(m, w * V).topk(n)` gives them, for `logp` (m, w, V) (its rows' log-probabilities, changed
+    here) and `scores` (m, w). By way of the maxima of blocks of `block` words: every one of the n best
+    lies in a block whose maximum is at least its own value, so in one of the n blocks of greatest
+    maxima; a top-k over those n x `block` candidates replaces one over w x V, and the scores are
+    added to those alone (beam 5 over 128 sentences x 8,000 words: 1.5 against 5.7 ms a step).
+    Equal values may come in another order than `topk` over the whole row gives them."""
+    m, w, vocab = logp.shape
+    blocks = -(-vocab // block)
+    if w * blocks < n:  # fewer blocks than candidates: over the whole rows
+        return logp.add_(scores[:, :, None]).view(m, w * vocab).topk(n)
+    if blocks * block > vocab:  # a copy
+        logp = torch.nn.functional.pad(logp, (0, blocks * block - vocab), value=float("-inf"))
+    maxima = logp.view(m, w, blocks, block).amax(-1).add_(scores[:, :, None]).view(m, w * blocks)
+    best = maxima.topk(n).indices  # (m, n): the blocks that hold the n best
+    found = logp.view(m, w * blocks, block).gather(1, best[:, :, None].expand(-1, -1, block))
+    found += scores.gather(1, best // blocks)[:, :, None]
+    top, at = found.view(m, n * block).topk(n)
+    column = best.gather(1, at // block) * block + at % block  # in the padded rows, w x blocks x block
+    word = (column % (blocks * block)).clamp(max=vocab - 1)  # a padding column is -inf: taken only among equals
+    return top, column // (blocks * block) * vocab + word
 
 
 def _select(rows: torch.Tensor, *tensors):
@@ -158,7 +189,7 @@ def _at_limit(limit: list[int], alive: list[int], t: int, device) -> tuple[list[
 
 
 def _greedy(model, source, source_mask, limits, options: DecodeOptions,
-            stop=None) -> list[list[tuple[float, list[int]]]]:
+            stop=None, scores: bool = True) -> list[list[tuple[float | None, list[int]]]]:
     c, device = model.config, source.device
     memory = model.encode(source, source_mask)
     caches = model.cross_caches(memory)
@@ -170,18 +201,20 @@ def _greedy(model, source, source_mask, limits, options: DecodeOptions,
     for t in range(max(limit)):
         _check(stop)
         at_limit, last = _at_limit(limit, alive, t, device)
-        logp = _step(model, tokens, memory, source_mask, caches, t, last)
+        logp = _step(model, tokens, memory, source_mask, caches, t, last, log_probs=scores)
         best = row_argmax(logp)  # (N,)
-        summed = summed + logp.gather(1, best[:, None]).squeeze(1)
+        if scores:
+            summed = summed + logp.gather(1, best[:, None]).squeeze(1)
         picked = best.tolist()
         for i, token in zip(alive, picked):
             if token != c.eos_token_id:
                 out[i].append(token)
         done = [token == c.eos_token_id or at for token, at in zip(picked, at_limit)]
         if any(done):
-            total = summed.tolist()
+            total = summed.tolist() if scores else [None] * len(done)
             for row in (r for r, d in enumerate(done) if d):
-                ended[alive[row]].append((options.penalise(total[row], t + 1), out[alive[row]]))
+                score = None if total[row] is None else options.penalise(total[row], t + 1)
+                ended[alive[row]].append((score, out[alive[row]]))
             if all(done):
                 break
             rows = [r for r, d in enumerate(done) if not d]  # finished sentences leave the batch
@@ -222,7 +255,7 @@ def _beam(model, source, source_mask, limits, options: DecodeOptions,
         logp = _step(model, sequences[:, -1:], memory, source_mask, caches, t,
                      None if last is None else last.repeat_interleave(width))  # (m*width, V)
         m, vocab = len(alive), logp.shape[-1]
-        top, index = logp.view(m, width, vocab).add_(scores[:, :, None]).view(m, width * vocab).topk(2 * k)  # (m, 2k)
+        top, index = top_candidates(logp.view(m, width, vocab), scores, 2 * k)  # (m, 2k) of width x vocab
         origin = torch.arange(m, device=device)[:, None] * width + index // vocab  # the row each continues
         token = index % vocab
         ends = token == c.eos_token_id
@@ -268,13 +301,14 @@ def translate(model, tokenizer, sentences: list[str], options: DecodeOptions | N
     """Translate `sentences` (plain text) in batches of similar length, in their order; a blank
     line is answered with a blank line (a model asked to translate nothing invents something).
     `stop`: see `decode`."""
-    return [hyps[0][0] for hyps in translate_scored(model, tokenizer, sentences, options, 1, source, stop)]
+    return [hyps[0][0] for hyps in translate_scored(model, tokenizer, sentences, options, 1, source, stop, scores=False)]
 
 
 def translate_scored(model, tokenizer, sentences: list[str], options: DecodeOptions | None = None, n_best: int = 1,
-                     source: str = "input", stop=None) -> list[list[tuple[str, float]]]:
+                     source: str = "input", stop=None, scores: bool = True) -> list[list[tuple[str, float | None]]]:
     """The `n_best` best translations of each sentence (at most the beam's width), best first, each
-    with its score (`decode_scored`'s); a blank line gets one blank translation scored 0."""
+    with its score (`decode_scored`'s; None from greedy search with `scores` False); a blank line gets
+    one blank translation scored 0."""
     options = options or DecodeOptions()
     if not 1 <= n_best <= options.beam:
         raise BertforgeError(f"--n-best {n_best}: from 1 to the beam's width ({options.beam}); a beam search keeps "
@@ -286,7 +320,7 @@ def translate_scored(model, tokenizer, sentences: list[str], options: DecodeOpti
         if len(row) > limit:
             raise BertforgeError(f"{source}:{line}: {len(row)} tokens, more than the model's {limit} positions")
     order = sorted((i for i in range(len(ids)) if sentences[i].strip()), key=lambda i: len(ids[i]))
-    out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in ids]
+    out: list[list[tuple[str, float | None]]] = [[("", 0.0)] for _ in ids]
     costs = [decode_tokens(len(row), options, limit) for row in ids]
     over = [i for i in order if options.max_tokens is not None and costs[i] > options.max_tokens]
     if over:  # said before any work, for the first such line
@@ -296,7 +330,7 @@ def translate_scored(model, tokenizer, sentences: list[str], options: DecodeOpti
                              "values): give a smaller --beam or --max-len-a/--max-len-b, or raise --max-tokens")
     for chunk in _batches(order, costs, options):
         batch, mask = pad([ids[i] for i in chunk], tokenizer.pad_id, device)
-        for i, hyps in zip(chunk, decode_scored(model, batch, mask, options, stop)):
+        for i, hyps in zip(chunk, decode_scored(model, batch, mask, options, stop, scores)):
             out[i] = [(tokenizer.decode(ids), score) for score, ids in hyps[:n_best]] or [("", float("-inf"))]
     return out
 

@@ -148,7 +148,8 @@ def run_translate(args) -> None:
                             max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size,
                             max_tokens=args.max_tokens)
     with for_inference(loaded.model, args.precision):  # int8 quantizes the linear layers here, once
-        scored = translate_scored(loaded.model, loaded.tokenizer, sentences, options, args.n_best or 1, source=source)
+        scored = translate_scored(loaded.model, loaded.tokenizer, sentences, options, args.n_best or 1, source=source,
+                                  scores=bool(args.n_best or args.scores))
     out = [hyps[0][0] for hyps in scored]
     if args.n_best:
         lines = [f"{n}\t{text}\t{score:.4f}" for n, hyps in enumerate(scored) for text, score in hyps]
