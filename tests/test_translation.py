@@ -211,6 +211,36 @@ def test_greedy_search_without_scores_picks_the_same_tokens_by_the_logits(forced
         assert all(len(hyps[0][1]) < 7 for hyps in scored)
 
 
+def test_greedy_search_keeps_its_rows_a_multiple_of_eight_and_finds_the_same(monkeypatch):
+    """Finished sentences leave greedy search's batch only as far as its rows stay a multiple of 8
+    (each new count of rows costs every product a new oneDNN kernel); the rows kept to fill change
+    nothing: the same tokens and scores as a search whose finished sentences all leave at once."""
+    module = sys.modules["bertforge.translate"]  # the module (the package exports the function by that name)
+    torch.manual_seed(0)
+    model = Transformer(_tiny_config()).eval()
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(2, 12, (19,), generator=g)
+    mask = torch.arange(12)[None, :] < lengths[:, None]
+    source = torch.randint(1, 39, (19, 12), generator=g).masked_fill(~mask, 39)
+    options = DecodeOptions(beam=1, max_len_a=1.0, max_len_b=1)  # limits from 3 to 12 tokens: many leave
+    rows, decode_rows = [], model.decode
+
+    def counted(tokens, *args, **kwargs):
+        rows.append(tokens.shape[0])
+        return decode_rows(tokens, *args, **kwargs)
+
+    monkeypatch.setattr(model, "decode", counted)
+    ours = decode_scored(model, source, mask, options)
+    assert rows[0] == 19 and all(r % 8 == 0 or r == 19 for r in rows) and len(set(rows)) > 2, rows
+    rows.clear()
+    monkeypatch.setattr(module, "ROWS", 1)
+    theirs = decode_scored(model, source, mask, options)
+    assert len(set(rows)) > len(set([19, 16, 8])), rows  # every finish made the batch smaller
+    assert [[h for _, h in hyps] for hyps in ours] == [[h for _, h in hyps] for hyps in theirs]
+    for mine, other in zip(ours, theirs):
+        assert [s for s, _ in mine] == pytest.approx([s for s, _ in other], abs=1e-5)
+
+
 def test_marian_layout_positions_are_transformers_sinusoids():
     from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 

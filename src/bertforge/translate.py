@@ -184,8 +184,11 @@ def _at_limit(limit: list[int], alive: list[int], t: int, device) -> tuple[list[
     """Which alive sentences reach their length limit with the token of step `t`, as a list and
     as a (rows,) tensor, None where none does (most steps: the search's bookkeeping is kept in
     Python lists, one transfer a step, not a tensor operation per sentence)."""
-    at = [limit[i] <= t + 1 for i in alive]
+    at = [i >= 0 and limit[i] <= t + 1 for i in alive]  # -1: a finished sentence's row kept (greedy)
     return at, (torch.tensor(at, device=device) if any(at) else None)
+
+
+ROWS = 8
 
 
 def _greedy(model, source, source_mask, limits, options: DecodeOptions,
@@ -207,21 +210,27 @@ def _greedy(model, source, source_mask, limits, options: DecodeOptions,
             summed = summed + logp.gather(1, best[:, None]).squeeze(1)
         picked = best.tolist()
         for i, token in zip(alive, picked):
-            if token != c.eos_token_id:
+            if i >= 0 and token != c.eos_token_id:
                 out[i].append(token)
-        done = [token == c.eos_token_id or at for token, at in zip(picked, at_limit)]
+        done = [i >= 0 and (token == c.eos_token_id or at) for i, token, at in zip(alive, picked, at_limit)]
         if any(done):
             total = summed.tolist() if scores else [None] * len(done)
             for row in (r for r, d in enumerate(done) if d):
                 score = None if total[row] is None else options.penalise(total[row], t + 1)
                 ended[alive[row]].append((score, out[alive[row]]))
-            if all(done):
+            alive = [-1 if d else i for i, d in zip(alive, done)]
+            going = [r for r, i in enumerate(alive) if i >= 0]
+            if not going:
                 break
-            rows = [r for r, d in enumerate(done) if not d]  # finished sentences leave the batch
-            alive = [alive[r] for r in rows]
-            keep = torch.tensor(rows, device=device)
-            best, summed, memory, source_mask = _select(keep, best, summed, memory, source_mask)
-            _reorder(caches, keep, keep)
+            # Finished sentences leave the batch, but the rows stay a multiple of ROWS (finished ones
+            # kept to fill): each new count of rows costs oneDNN a new kernel for every product
+            rows = min(len(alive), -(-len(going) // ROWS) * ROWS)
+            if rows < len(alive):
+                kept = going + [r for r, i in enumerate(alive) if i < 0][:rows - len(going)]
+                alive = [alive[r] for r in kept]
+                keep = torch.tensor(kept, device=device)
+                best, summed, memory, source_mask = _select(keep, best, summed, memory, source_mask)
+                _reorder(caches, keep, keep)
         tokens = best[:, None]
     return ended
 
