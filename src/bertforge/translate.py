@@ -140,7 +140,7 @@ def top_candidates(logp: torch.Tensor, scores: torch.Tensor, n: int, block: int 
     here) and `scores` (m, w). By way of the maxima of blocks of `block` words: every one of the n best
     lies in a block whose maximum is at least its own value, so in one of the n blocks of greatest
     maxima; a top-k over those n x `block` candidates replaces one over w x V, and the scores are
-    added to those alone (beam 5 over 128 sentences x 8,000 words: 1.5 against 5.7 ms a step).
+    added to those alone (a beam-5 profile of 256 sentences x 8,000 words: 37 against 110 ms).
     Equal values may come in another order than `topk` over the whole row gives them."""
     m, w, vocab = logp.shape
     blocks = -(-vocab // block)
@@ -188,7 +188,7 @@ def _at_limit(limit: list[int], alive: list[int], t: int, device) -> tuple[list[
     return at, (torch.tensor(at, device=device) if any(at) else None)
 
 
-ROWS = 8
+ROWS = 8  # greedy search's rows stay a multiple of this as sentences finish (see `_greedy`)
 
 
 def _greedy(model, source, source_mask, limits, options: DecodeOptions,
