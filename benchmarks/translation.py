@@ -597,10 +597,10 @@ def speed(args, size: dict) -> dict:
                 best[impl]["same_as_ours"] = sum(a == b for a, b in zip(ours, theirs)) / len(ours)  # ours in fp32
                 best[impl]["mean_words"] = round(sum(len(h.split()) for h in theirs) / len(theirs), 1)
                 best[impl]["bleu"] = corpus_scores(theirs, references)["bleu"]
-            rows += speed_rows(f"{name} decoding, {count} test sentences, batches of {BATCH}", precision, best, "sentences",
-                               peak)
+            case = f"{name} decoding, {count} test sentences, batches of {BATCH}"
+            rows += speed_rows(case, precision, best, "sentences", peak)
             if ct2_missing and "ctranslate2" in planned:
-                rows.append({"case": rows[-1]["case"], "impl": "ctranslate2", "precision": precision,
+                rows.append({"case": case, "impl": "ctranslate2", "precision": precision,
                              "note": ct2_missing})
     return {"pair": pair, "model": model_dir, "rounds": rounds, "peak": peak, "rows": rows}
 

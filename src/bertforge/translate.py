@@ -214,9 +214,9 @@ def _greedy(model, source, source_mask, limits, options: DecodeOptions,
                 out[i].append(token)
         done = [i >= 0 and (token == c.eos_token_id or at) for i, token, at in zip(alive, picked, at_limit)]
         if any(done):
-            total = summed.tolist() if scores else [None] * len(done)
+            total = summed.tolist() if scores else None
             for row in (r for r, d in enumerate(done) if d):
-                score = None if total[row] is None else options.penalise(total[row], t + 1)
+                score = options.penalise(total[row], t + 1) if scores else None
                 ended[alive[row]].append((score, out[alive[row]]))
             alive = [-1 if d else i for i, d in zip(alive, done)]
             going = [r for r, i in enumerate(alive) if i >= 0]
@@ -310,7 +310,8 @@ def translate(model, tokenizer, sentences: list[str], options: DecodeOptions | N
     """Translate `sentences` (plain text) in batches of similar length, in their order; a blank
     line is answered with a blank line (a model asked to translate nothing invents something).
     `stop`: see `decode`."""
-    return [hyps[0][0] for hyps in translate_scored(model, tokenizer, sentences, options, 1, source, stop, scores=False)]
+    scored = translate_scored(model, tokenizer, sentences, options, 1, source, stop, scores=False)
+    return [hyps[0][0] for hyps in scored]
 
 
 def translate_scored(model, tokenizer, sentences: list[str], options: DecodeOptions | None = None, n_best: int = 1,
