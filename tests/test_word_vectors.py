@@ -175,6 +175,26 @@ def test_subsampling_keeps_each_word_at_its_share(tmp_path):
     assert np.array_equal(cooccurrence.read(str(tmp_path / "b"))[0], entries)  # the same seed, the same counts
 
 
+def test_draws_average_towards_the_expected_counts(tmp_path):
+    """x t y with t kept half the time and a window of 1: x-t and t-y each occur with t, x-y when t is
+    dropped, so each pair's expected count is 1/2; one draw counts each 0 or 1, many draws average."""
+    index, keep = {"x": 0, "t": 1, "y": 2}, np.array([1.0, 0.5, 1.0])
+    info = cooccurrence.count([["x", "t", "y"]], index, str(tmp_path / "many"), window=1, keep=keep, draws=2000)
+    assert (info["words"], info["draws"]) == (3, 2000)  # the corpus's words, read 2000 times
+    X = dense(str(tmp_path / "many"), 3)
+    np.testing.assert_allclose([X[0, 1], X[1, 2], X[0, 2]], 0.5, atol=0.05)  # 4.5 standard errors
+    cooccurrence.count([["x", "t", "y"]], index, str(tmp_path / "one"), window=1, keep=keep)
+    assert set(dense(str(tmp_path / "one"), 3)[[0, 1, 0], [1, 2, 2]].tolist()) <= {0.0, 1.0}
+    # without subsampling every draw is the same: one pass, the same counts
+    units = random_units(1, count=40)
+    index = {f"w{k}": k for k in range(30)}
+    cooccurrence.count(units, index, str(tmp_path / "all"), window=3, draws=5)
+    assert cooccurrence.read(str(tmp_path / "all"))[1]["draws"] == 1
+    np.testing.assert_allclose(dense(str(tmp_path / "all"), 30), direct_counts(units, index, 3), rtol=1e-6)
+    with pytest.raises(BertforgeError, match="re-iterable"):
+        cooccurrence.count(iter(units), index, str(tmp_path / "gen"), keep=np.full(30, 0.5), draws=2)
+
+
 def test_subsampling_lets_the_window_reach_past_frequent_words(tmp_path):
     """Every topic word is followed by "the": with a window of 1 the topics share no pair, and only
     subsampling "the" away (it is half the corpus; each topic word 1/24) brings them together."""
@@ -304,7 +324,8 @@ def test_command_line(tmp_path, capsys):
     out = str(tmp_path / "v.vec")
     assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", out, "--dim", "4",
                  "--epochs", "2", "--min-count", "2"]) == 0
-    assert "13 words" in capsys.readouterr().out
+    first = capsys.readouterr().out
+    assert "13 words" in first
     with open(out) as f:
         assert f.readline() == "13 4\n"
     assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", out]) == 2
@@ -317,6 +338,13 @@ def test_command_line(tmp_path, capsys):
     assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", str(tmp_path / "w.txt"),
                  "--subsample", "1"]) == 2
     assert "--subsample must be" in capsys.readouterr().err
+    # draws read the corpus again, and count it once in what is reported
+    assert main(["word-vectors", "--corpus", str(tmp_path / "corpus.txt"), "--output", str(tmp_path / "d.txt"),
+                 "--dim", "4", "--epochs", "1", "--min-count", "2", "--subsample", "0.01", "--draws", "3"]) == 0
+    text_words = first.split(" words of text")[0].rsplit(" ", 1)[1]
+    assert f"from {text_words} words of text" in capsys.readouterr().out
+    with open(tmp_path / "d.txt.run" / "cooccurrence.json") as f:
+        assert '"draws": 3' in f.read()
 
 
 def test_scores_equal_gensims():
@@ -353,5 +381,7 @@ def test_the_benchmarks_quoted_commands_parse():
     commands = [shlex.split(line.strip()[len(prefix):]) for line in bench.__doc__.splitlines()
                 if line.strip().startswith(prefix)]
     parsed = [bench.build_parser().parse_args(c) for c in commands]
-    assert len(parsed) == 4 and (parsed[1].dim, parsed[1].epochs) == (100, 10) and parsed[3].quick
-    assert (parsed[0].epochs, parsed[0].subsample) == (8, 1e-3) and (parsed[2].subsample, parsed[2].best) == (0, False)
+    assert len(parsed) == 5 and (parsed[1].dim, parsed[1].epochs) == (100, 10) and parsed[4].quick
+    assert (parsed[0].epochs, parsed[0].subsample, parsed[0].draws) == (8, 1e-3, 1)
+    assert (parsed[2].subsample, parsed[2].best) == (0, False)
+    assert (parsed[3].subsample, parsed[3].draws, parsed[3].epochs) == (2e-4, 4, 4)

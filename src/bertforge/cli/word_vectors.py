@@ -21,6 +21,9 @@ def add_command(commands) -> None:
     p.add_argument("--subsample", type=float, default=1e-3, metavar="T",
                    help="before counting, keep each occurrence of a word of frequency f above T with probability "
                         "sqrt(T / f), as word2vec does (gensim's default 1e-3); 0 keeps every word, as GloVe's tool")
+    p.add_argument("--draws", type=int, default=1,
+                   help="subsample the corpus this many times and average the counts (each draw reads it again): "
+                        "nearer what subsampling keeps on average than one draw")
     p.add_argument("--x-max", type=float, default=10.0,
                    help="counts above this weigh 1 in the objective (GloVe's demo: 10; the paper's 100 is for "
                         "billions of words)")

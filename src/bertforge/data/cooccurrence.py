@@ -34,16 +34,22 @@ FILE, INFO = "cooccurrence.bin", "cooccurrence.json"
 
 
 def count(units, index: dict[str, int], folder: str, window: int = 10, memory_mb: float = 1024,
-          bar=None, keep: np.ndarray | None = None, seed: int = 0) -> dict:
+          bar=None, keep: np.ndarray | None = None, seed: int = 0, draws: int = 1) -> dict:
     """Count the co-occurrences of the words of `units` (an iterable of word lists, one per unit; words
     not in `index` are dropped, and word k is kept with probability `keep[k]` if given, drawn from a
     generator seeded `seed`) into `folder`; returns the description also written to
     `folder/cooccurrence.json`. Blocks are cut every `block_words` words, inside a unit if need be
-    (the last `window` words are carried over), so that no unit, however long, exceeds the bound."""
+    (the last `window` words are carried over), so that no unit, however long, exceeds the bound.
+    `draws` > 1 reads `units` that many times (it must be re-iterable: a list, or an object that reads
+    its files again), each pass subsampled anew, and writes the mean of the passes' counts: one draw's
+    counts are a noisy sample of what subsampling keeps on average."""
     if window < 1:
         raise BertforgeError(f"window must be at least 1, got {window}")
     if not memory_mb > 0:
         raise BertforgeError(f"memory_mb must be positive, got {memory_mb}")
+    passes = draws if keep is not None else 1  # without subsampling every pass would count the same
+    if passes > 1 and iter(units) is units:
+        raise BertforgeError("draws > 1 reads the units again: give a list or a re-iterable, not a generator")
     vocab = len(index)
     budget = int(memory_mb * 2**20)
     runs = _Runs(os.path.join(folder, "runs"), budget // 4 // BYTES_PER_HELD, vocab)
@@ -51,15 +57,15 @@ def count(units, index: dict[str, int], folder: str, window: int = 10, memory_mb
     block_words = max(100, budget // 4 // (window * 40))
     ids, unit_of, unit_number, words_seen = [], [], 0, 0
     carry = (np.empty(0, np.int64), np.empty(0, np.int64))  # the last `window` words of the previous block
-    draws = np.random.default_rng(seed)  # one draw per word in the vocabulary, in corpus order
-    for words in units:
+    rng = np.random.default_rng(seed)  # one draw per word in the vocabulary, in corpus order
+    for words in (words for _ in range(passes) for words in units):
         words_seen += len(words)
         if bar is not None:
             bar.update(len(words))
         kept = [index[w] for w in words if w in index]
         if keep is not None and kept:
             ids_here = np.asarray(kept)
-            kept = ids_here[draws.random(len(ids_here)) < keep[ids_here]].tolist()
+            kept = ids_here[rng.random(len(ids_here)) < keep[ids_here]].tolist()
         for start in range(0, len(kept), block_words):
             piece = kept[start:start + block_words]
             ids.extend(piece)
@@ -69,9 +75,9 @@ def count(units, index: dict[str, int], folder: str, window: int = 10, memory_mb
                 ids, unit_of = [], []
         unit_number += 1
     _count_block(ids, unit_of, carry, window, vocab, runs)
-    entries = runs.merge_into(os.path.join(folder, FILE))
-    info = {"vocab": vocab, "window": window, "entries": entries, "words": words_seen, "format": "upper triangle",
-            "dtype": "i int32, j int32, x float32"}
+    entries = runs.merge_into(os.path.join(folder, FILE), scale=1 / passes)
+    info = {"vocab": vocab, "window": window, "entries": entries, "words": words_seen // passes, "draws": passes,
+            "format": "upper triangle", "dtype": "i int32, j int32, x float32"}
     with atomic_file(os.path.join(folder, INFO)) as f:
         json.dump(info, f, indent=1)
     return info
@@ -151,13 +157,14 @@ class _Runs:
         np.save(stem + ".sums.npy", sums)
         self.spilled.append(stem)
 
-    def merge_into(self, path: str) -> int:
-        """Write every run's entries, merged, to `path` (ENTRY records sorted by key); returns how many."""
+    def merge_into(self, path: str, scale: float = 1.0) -> int:
+        """Write every run's entries, merged, to `path` (ENTRY records sorted by key), each sum times
+        `scale`; returns how many."""
         if not self.spilled:
             keys, sums = reduce(*_concatenate(self.held)) if self.held else (np.empty(0, np.int64), np.empty(0))
             self.held = []
             with atomic_file(path, "wb") as f:
-                _write_entries(f, keys, sums, self.vocab)
+                _write_entries(f, keys, sums * scale, self.vocab)
             return len(keys)
         if self.held:
             self._spill(*reduce(*_concatenate(self.held)))
@@ -169,7 +176,7 @@ class _Runs:
                 parts = [(k[np.searchsorted(k, low):np.searchsorted(k, high)],
                           s[np.searchsorted(k, low):np.searchsorted(k, high)]) for k, s in runs]
                 keys, sums = reduce(*_concatenate(parts))
-                _write_entries(f, keys, sums, self.vocab)
+                _write_entries(f, keys, sums * scale, self.vocab)
                 total += len(keys)
         shutil.rmtree(self.folder, ignore_errors=True)
         return total
