@@ -55,9 +55,9 @@ class GloveOptions:
     # WordSim-353 from 0.22 to 0.32 and analogies from 14.8% to 15.3%; 3e-4 gave 0.34 and 13.0%, 1e-4 0.31
     # and 9.8%: the frequent words it drops ("the", "of", "and") widen every window over the others
     subsample: float = 1e-3
-    # Subsampling's draws averaged: one draw's counts are a noisy sample of what it keeps on average, and
-    # on Gutenberg (2e-4, 100-d, 4 epochs, two seeds) four draws raised analogies by 1-2 points for both
-    # outputs; each draw reads and counts the corpus again
+    # Subsampling's draws averaged: one draw's counts are a noisy sample of what it keeps on average (on
+    # Gutenberg two draws' counts gave WordSim-353 0.29-0.32 and 0.23-0.25 whatever the fit's seed); each
+    # draw reads and counts the corpus again (docs/cove.md, "Subsampling's draws averaged")
     draws: int = 1
     # GloVe's demo.sh value, for corpora of millions of words; the paper's 100 is for billions (on the
     # 5.7M-word Gutenberg corpus 10 gave WordSim-353 0.25 and analogies 12.0% against 0.13 and 5.4%)
