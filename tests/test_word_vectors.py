@@ -4,6 +4,7 @@ learning, exact resume, the file formats, the scores against gensim's, and bad i
 from __future__ import annotations
 
 import itertools
+import json
 import os
 
 import numpy as np
@@ -226,6 +227,13 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     with pytest.raises(BertforgeError, match="window"):
         train_word_vectors(str(tmp_path / "corpus.txt"), parts, GloveOptions(**options, window=3), resume=True,
                            progress=False)
+    with pytest.raises(BertforgeError, match="draws"):
+        train_word_vectors(str(tmp_path / "corpus.txt"), parts, GloveOptions(**options, draws=2), resume=True,
+                           progress=False)
+    settings = tmp_path / "parts.txt.run" / "settings.json"
+    saved = json.loads(settings.read_text())
+    del saved["draws"]  # a run started before --draws resumes as the one draw it counted
+    settings.write_text(json.dumps(saved))
     again = train_word_vectors(str(tmp_path / "corpus.txt"), parts, GloveOptions(**options), resume=True,
                                progress=False)
     assert again["status"] == "done" and again["epochs"] == 4

@@ -152,7 +152,7 @@ def _open_run(folder: str, settings: dict, resume: bool) -> None:
         if not os.path.exists(path):
             raise BertforgeError(f"nothing to resume: {path} does not exist")
         with open(path) as f:
-            saved = json.load(f)
+            saved = {"draws": 1, **json.load(f)}  # a run from before --draws counted one draw
         # what a resumed run may change: how long it runs, and which of its vectors it writes
         changed = [k for k in settings if k not in ("epochs", "max_minutes", "data", "vectors")
                    and saved.get(k) != settings[k]]
