@@ -590,7 +590,7 @@ def speed(args, size: dict) -> dict:
             for _ in range(rounds):  # in turn, so that a slower stretch of the sitting falls on each alike
                 for i in impls:
                     runs[i].append(child("decode", i, beam, model_dir, pair, count, paths[i], ct2_dir, precision))
-            best = {i: max(r, key=lambda r: r["sentences_per_s"]) for i, r in runs.items()}
+            best = {i: max(results, key=lambda r: r["sentences_per_s"]) for i, results in runs.items()}
             ours = _lines(os.path.join(args.out, "decoded", f"ours-fp32-beam{beam}.txt"))
             for impl in impls:
                 theirs = _lines(paths[impl])

@@ -126,12 +126,17 @@ def row_argmax(x: torch.Tensor, block: int = 64) -> torch.Tensor:
     of `block` columns: PyTorch's CPU arg max is a scalar loop, its max a vector one (a greedy step
     of 128 rows over 8,000 words: 137 against 854 us). A width not a multiple of `block` is padded
     with -inf (a copy)."""
-    rows, width = x.shape
-    if -width % block:
-        x = torch.nn.functional.pad(x, (0, -width % block), value=float("-inf"))
-    blocks = x.view(rows, -1, block)
+    blocks = _in_blocks(x, block)  # (N, blocks, block)
     first = blocks.amax(-1).argmax(-1)  # (N,): the first block holding the row's maximum
-    return first * block + blocks[torch.arange(rows, device=x.device), first].argmax(-1)
+    return first * block + blocks[torch.arange(len(x), device=x.device), first].argmax(-1)
+
+
+def _in_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    """`x` (..., V) viewed as (..., ceil(V / block), block), the last block padded with -inf (a copy
+    where V is not a multiple of `block`)."""
+    if -x.shape[-1] % block:
+        x = torch.nn.functional.pad(x, (0, -x.shape[-1] % block), value=float("-inf"))
+    return x.view(*x.shape[:-1], -1, block)
 
 
 def top_candidates(logp: torch.Tensor, scores: torch.Tensor, n: int, block: int = 64):
@@ -146,11 +151,10 @@ def top_candidates(logp: torch.Tensor, scores: torch.Tensor, n: int, block: int 
     blocks = -(-vocab // block)
     if w * blocks < n:  # fewer blocks than candidates: over the whole rows
         return logp.add_(scores[:, :, None]).view(m, w * vocab).topk(n)
-    if blocks * block > vocab:  # a copy
-        logp = torch.nn.functional.pad(logp, (0, blocks * block - vocab), value=float("-inf"))
-    maxima = logp.view(m, w, blocks, block).amax(-1).add_(scores[:, :, None]).view(m, w * blocks)
+    padded = _in_blocks(logp, block)  # (m, w, blocks, block)
+    maxima = padded.amax(-1).add_(scores[:, :, None]).view(m, w * blocks)
     best = maxima.topk(n).indices  # (m, n): the blocks that hold the n best
-    found = logp.view(m, w * blocks, block).gather(1, best[:, :, None].expand(-1, -1, block))
+    found = padded.view(m, w * blocks, block).gather(1, best[:, :, None].expand(-1, -1, block))
     found += scores.gather(1, best // blocks)[:, :, None]
     top, at = found.view(m, n * block).topk(n)
     column = best.gather(1, at // block) * block + at % block  # in the padded rows, w x blocks x block
