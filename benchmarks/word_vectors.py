@@ -3,7 +3,8 @@
 Each side runs in its own process, one after the other, on the same words (the corpus read and split
 by bertforge's reader: Gutenberg boilerplate removed, paragraphs, lowercased words):
 - ours: `bertforge word-vectors` (GloVe: window 10, min count 5, frequent words subsampled at 1e-3,
-  x_max 10, AdaGrad 0.2) with --dim, --epochs, --subsample and --draws, counting included in its time, scored
+  x_max 10, AdaGrad 0.2) with --dim, --epochs, --subsample, --draws and --remove-directions, counting
+  included in its time, scored
   twice: the vectors it writes by default (word + context) and the same fit's word vectors alone
   (`--vectors word`, written by resuming a copy of the finished run);
 - gensim's Word2Vec with its defaults (CBOW, window 5, min count 5, negative 5, 5 epochs, 3 workers)
@@ -23,6 +24,8 @@ beside the table: Pennington et al. (2014), section 4.6.
     python benchmarks/word_vectors.py --dim 100 --epochs 10 --out runs/word-vectors
     python benchmarks/word_vectors.py --subsample 0 --no-best --out runs/word-vectors-all-words
     python benchmarks/word_vectors.py --subsample 2e-4 --draws 4 --epochs 4 --no-best --out runs/wv-draws
+    python benchmarks/word_vectors.py --subsample 2e-4 --draws 4 --epochs 4 --remove-directions 1 --no-best \
+        --out runs/wv-abtt-s0
     python benchmarks/word_vectors.py --quick --out runs/word-vectors-quick
 
 Writes OUT/word_vectors.json and OUT/word_vectors.md headed by where it came from. Run it alone on
@@ -53,11 +56,13 @@ def corpus_files(quick: bool) -> list[str]:
     return files[:2] if quick else files
 
 
-def run_ours(out: str, dim: int, epochs: int, subsample: float, quick: bool, seed: int = 0, draws: int = 1) -> dict:
+def run_ours(out: str, dim: int, epochs: int, subsample: float, quick: bool, seed: int = 0, draws: int = 1,
+             remove: int = 0) -> dict:
     from bertforge.word_vectors import GloveOptions, train_word_vectors
 
     path, word_path = os.path.join(out, "glove.txt"), os.path.join(out, "glove-word.txt")
-    options = GloveOptions(dim=dim, epochs=epochs, subsample=subsample, seed=seed, draws=draws)
+    options = GloveOptions(dim=dim, epochs=epochs, subsample=subsample, seed=seed, draws=draws,
+                           remove_directions=remove)
     start = time.perf_counter()
     summary = train_word_vectors(corpus_files(quick), path, options, progress=False)
     seconds = round(time.perf_counter() - start, 1)
@@ -67,7 +72,8 @@ def run_ours(out: str, dim: int, epochs: int, subsample: float, quick: bool, see
     train_word_vectors(corpus_files(quick), word_path, dataclasses.replace(options, vectors="word"), resume=True,
                        progress=False)
     return {"seconds": seconds, "vectors": path, "word_vectors": word_path, "summary": summary,
-            "peak_mb": round(peak_rss_mb()), "subsample": subsample, "draws": draws, "seed": seed}
+            "peak_mb": round(peak_rss_mb()), "subsample": subsample, "draws": draws, "seed": seed,
+            "remove_directions": remove}
 
 
 GENSIM_BEST = {"sg": 1, "window": 10, "negative": 10, "epochs": 10}  # and a worker per core
@@ -123,6 +129,8 @@ def child(kind: str, args: list[str]) -> dict:
 def table(report: dict) -> str:
     ours = report["ours"]
     draws = f", {ours['draws']} draws averaged" if ours.get("draws", 1) > 1 else ""
+    removed = ours.get("remove_directions", 0)
+    draws += f", mean and top {removed} direction{'s' * (removed > 1)} removed" if removed else ""
     names = {"ours": f"bertforge GloVe (subsampling {ours['subsample']:g}{draws}): counting "
                      f"({ours['summary']['count_seconds']} s) + "
                      f"{ours['summary']['epochs']} epochs ({ours['summary']['status']})",
@@ -155,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="GloVe's passes over the counts (8: counting and fit inside 2 minutes on 2 cores)")
     parser.add_argument("--subsample", type=float, default=1e-3, help="GloVe's --subsample (0: every word)")
     parser.add_argument("--draws", type=int, default=1, help="GloVe's --draws (subsampling's draws averaged)")
+    parser.add_argument("--remove-directions", type=int, default=0,
+                        help="GloVe's --remove-directions (all-but-the-top)")
     parser.add_argument("--seed", type=int, default=0, help="ours' seed; gensim's is this + 1 (its default 1 at 0)")
     parser.add_argument("--out", default="runs/word-vectors")
     parser.add_argument("--quick", action="store_true", help="two books, 2 epochs: checks the script")
@@ -167,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         kind, out = args.child[0], args.child[1]
         result = {"ours": lambda: run_ours(out, args.dim, args.epochs, args.subsample, args.quick, args.seed,
-                                           args.draws),
+                                           args.draws, args.remove_directions),
                   "gensim": lambda: run_gensim(out, args.dim, args.quick, seed=args.seed),
                   "gensim-best": lambda: run_gensim(out, args.dim, args.quick, best=True, seed=args.seed),
                   "scores": lambda: scores(out)}[kind]()
@@ -177,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         args.epochs = 2
     os.makedirs(args.out, exist_ok=True)
     flags = ["--dim", str(args.dim), "--epochs", str(args.epochs), "--subsample", str(args.subsample),
-             "--draws", str(args.draws), "--seed", str(args.seed)] + \
+             "--draws", str(args.draws), "--remove-directions", str(args.remove_directions),
+             "--seed", str(args.seed)] + \
         (["--quick"] if args.quick else [])
     shutil.rmtree(os.path.join(args.out, "glove.txt.run"), ignore_errors=True)  # a fresh count every time
     sides = ["ours", "gensim"] + (["gensim-best"] if args.best else [])

@@ -15,7 +15,7 @@ from bertforge.cli import main
 from bertforge.data import cooccurrence
 from bertforge.errors import BertforgeError
 from bertforge.formats.word_vectors import read_vectors, write_vectors
-from bertforge.word_vectors import Glove, GloveOptions, _kept_share, glove_cost, train_word_vectors
+from bertforge.word_vectors import Glove, GloveOptions, _kept_share, all_but_the_top, glove_cost, train_word_vectors
 
 
 def direct_counts(units, index, window):
@@ -263,6 +263,60 @@ def test_the_word_vectors_alone_are_w_of_the_same_fit(tmp_path, capsys):
     assert stopped.value.code == 2 and "invalid choice: 'both'" in capsys.readouterr().err
 
 
+def test_all_but_the_top_takes_away_the_mean_and_the_dominant_directions():
+    """Ten pairs of words that mean the same, each word's vector also carrying a large common vector
+    and a multiple of one direction that grows with its frequency (as trained vectors do, Mu & Viswanath
+    2018): by cosine a word's nearest word is then one of like frequency; with the mean and that
+    direction taken away, its pair."""
+    rng = np.random.default_rng(0)
+    meaning = np.repeat(rng.standard_normal((10, 20)), 2, axis=0) + 0.1 * rng.standard_normal((20, 20))
+    frequency = rng.permutation(20) - 9.5  # no two words alike
+    common, shared = (v / np.linalg.norm(v) for v in rng.standard_normal((2, 20)))
+    vectors = (30 * common + meaning + np.outer(5 * frequency, shared)).astype(np.float32)
+
+    def pairs_found(v):
+        unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+        sims = unit @ unit.T - 2 * np.eye(len(v))
+        return float(np.mean(sims.argmax(1) // 2 == np.arange(len(v)) // 2))
+
+    assert all_but_the_top(vectors, 0) is vectors  # 0 writes the fit as it is
+    cleaned = all_but_the_top(vectors, 1)
+    assert pairs_found(vectors) < 0.3 and pairs_found(cleaned) == 1.0
+    assert pairs_found(vectors - vectors.mean(0)) < 0.5  # the mean alone is not what hides them
+    # exactly the definition: centred, nothing left along the top principal directions, the rest untouched
+    for count in (1, 3):
+        out = all_but_the_top(vectors, count).astype(np.float64)
+        centred = vectors - vectors.astype(np.float64).mean(0)
+        top = np.linalg.svd(centred, full_matrices=False)[2][:count]
+        assert out.dtype == np.float64 and abs(out.mean(0)).max() < 1e-5 and abs(out @ top.T).max() < 1e-4
+        rest = np.eye(20) - top.T @ top
+        np.testing.assert_allclose(out @ rest, centred @ rest, atol=1e-4)
+    assert abs(np.linalg.svd(vectors - vectors.mean(0))[2][0] @ shared) / np.linalg.norm(shared) > 0.99
+
+
+def test_the_directions_removed_from_what_is_written(tmp_path, capsys):
+    """--remove-directions changes the vectors written, never the fit: resuming a finished run with
+    another count trains nothing and writes the fit's vectors cleaned by that count."""
+    from safetensors.numpy import load_file
+
+    topic_corpus(tmp_path / "corpus.txt")
+    corpus, out = str(tmp_path / "corpus.txt"), str(tmp_path / "v.txt")
+    options = dict(dim=6, epochs=3, batch_size=16)
+    train_word_vectors(corpus, out, GloveOptions(**options, remove_directions=2), progress=False)
+    state = load_file(os.path.join(out + ".run", "state.safetensors"))
+    text = dict(rtol=0, atol=2e-6)  # GloVe's text format holds 6 decimals
+    np.testing.assert_allclose(read_vectors(out)[1], all_but_the_top(state["w"] + state["c"], 2), **text)
+    again = train_word_vectors(corpus, out, GloveOptions(**options), resume=True, progress=False)
+    assert again["epochs"] == 3 and again["status"] == "done"
+    np.testing.assert_allclose(read_vectors(out)[1], state["w"] + state["c"], **text)
+    with pytest.raises(BertforgeError, match=r"--remove-directions must be below --dim \(6\), got 6"):
+        GloveOptions(**options, remove_directions=6)
+    assert main(["word-vectors", "--corpus", corpus, "--output", str(tmp_path / "w.txt"),
+                 "--remove-directions", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--remove-directions must be an integer >= 0, got -1" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("name", ["v.txt", "v.vec", "v.bin"])
 def test_formats_round_trip(tmp_path, name):
     words = ["the", "naïve", "café", "x"]
@@ -386,10 +440,11 @@ def test_the_benchmarks_quoted_commands_parse():
     import word_vectors as bench
 
     prefix = "python benchmarks/word_vectors.py "
-    commands = [shlex.split(line.strip()[len(prefix):]) for line in bench.__doc__.splitlines()
-                if line.strip().startswith(prefix)]
+    lines = bench.__doc__.replace("\\\n", "").splitlines()  # a command continued over two lines is one
+    commands = [shlex.split(line.strip()[len(prefix):]) for line in lines if line.strip().startswith(prefix)]
     parsed = [bench.build_parser().parse_args(c) for c in commands]
-    assert len(parsed) == 5 and (parsed[1].dim, parsed[1].epochs) == (100, 10) and parsed[4].quick
+    assert len(parsed) == 6 and (parsed[1].dim, parsed[1].epochs) == (100, 10) and parsed[5].quick
     assert (parsed[0].epochs, parsed[0].subsample, parsed[0].draws) == (8, 1e-3, 1)
     assert (parsed[2].subsample, parsed[2].best) == (0, False)
-    assert (parsed[3].subsample, parsed[3].draws, parsed[3].epochs) == (2e-4, 4, 4)
+    assert (parsed[3].subsample, parsed[3].draws, parsed[3].epochs, parsed[3].remove_directions) == (2e-4, 4, 4, 0)
+    assert (parsed[4].draws, parsed[4].remove_directions, parsed[4].out) == (4, 1, "runs/wv-abtt-s0")

@@ -90,6 +90,7 @@ RULES: dict[str, Rule] = {
     "dim": count(1, 4096, why="published GloVe vectors have 50 to 300; each word holds four of them in memory"),
     "window": count(1), "min_count": count(1), "max_vocab": count(1), "x_max": POSITIVE, "alpha": POSITIVE,
     "subsample": RATE, "draws": count(1), "memory_mb": count(16),
+    "remove_directions": count(0),
     # recurrent language models and generation (pretrain_recurrent and generate say the rest)
     "bptt": count(1), "dropout_scale": Rule(low=0, high=10, below=True), "sampled_softmax": count(0),
     "temperature": Rule(),

@@ -11,7 +11,8 @@ continues where a run stopped:
    f(x) = min(1, x / x_max)^alpha (x_max 10, as GloVe's demo for a corpus of this size), by AdaGrad
    on shuffled mini-batches of entries, each word's gradient summed over its entries (`Glove.step`
    says how this departs from GloVe's tool). The vectors written are w + c (GloVe's default
-   `-model 2`), or w alone (`vectors="word"`, its `-model 1`).
+   `-model 2`), or w alone (`vectors="word"`, its `-model 1`), their mean and dominant directions taken
+   away if asked (`remove_directions`, Mu & Viswanath's "all-but-the-top").
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ class GloveOptions:
     # which WordSim-353 rewards, and which analogies, asking for words used alike, do not (on Gutenberg,
     # 100-d: sum 0.294 and 13.8%, word 0.245 and 18.1%; Levy et al. 2015 found the same of w + c)
     vectors: str = "sum"
+    # Take the written vectors' mean away, then their top D principal directions (Mu & Viswanath, 2018:
+    # they carry word frequency more than meaning; their rule is D = dim / 100). 0 writes the fit as it is
+    # (docs/cove.md, "The dominant direction removed")
+    remove_directions: int = 0
 
     def __post_init__(self):
         for name, value in asdict(self).items():
@@ -81,6 +86,8 @@ class GloveOptions:
                 check(name, value, COMMAND_RULES["word-vectors"].get(name))
         if self.vectors not in VECTORS:
             raise BertforgeError(f"--vectors must be one of {', '.join(VECTORS)}, got {self.vectors!r}")
+        if self.remove_directions >= self.dim:
+            raise BertforgeError(f"--remove-directions must be below --dim ({self.dim}), got {self.remove_directions}")
 
 
 def word_vectors(corpus, output: str, *, dim: int = GloveOptions.dim, window: int = GloveOptions.window,
@@ -90,7 +97,8 @@ def word_vectors(corpus, output: str, *, dim: int = GloveOptions.dim, window: in
                  lr: float = GloveOptions.lr, epochs: int = GloveOptions.epochs,
                  batch_size: int = GloveOptions.batch_size, memory_mb: int = GloveOptions.memory_mb,
                  max_minutes: float | None = GloveOptions.max_minutes, layout: str = "auto",
-                 seed: int = GloveOptions.seed, vectors: str = GloveOptions.vectors, resume: bool = False,
+                 seed: int = GloveOptions.seed, vectors: str = GloveOptions.vectors,
+                 remove_directions: int = GloveOptions.remove_directions, resume: bool = False,
                  progress: bool = True) -> dict:
     """`bertforge word-vectors` from Python: GloVe vectors learned from `corpus` (files, folders or
     patterns) into `output` (GloVe's text format; `.vec` word2vec text, `.bin` word2vec binary), the
@@ -100,7 +108,7 @@ def word_vectors(corpus, output: str, *, dim: int = GloveOptions.dim, window: in
     options = GloveOptions(dim=dim, window=window, min_count=min_count, max_vocab=max_vocab, lowercase=not cased,
                            subsample=subsample, draws=draws, x_max=x_max, alpha=alpha, lr=lr, epochs=epochs,
                            batch_size=batch_size, memory_mb=memory_mb, max_minutes=max_minutes, seed=seed,
-                           vectors=vectors)
+                           vectors=vectors, remove_directions=remove_directions)
     return train_word_vectors(corpus, output, options, layout=layout, resume=resume, progress=progress)
 
 
@@ -134,7 +142,7 @@ def train_word_vectors(corpus, out: str, options: GloveOptions | None = None, la
     model = Glove(len(words), o.dim, o.seed)
     position = model.load(folder) if os.path.exists(os.path.join(folder, STATE)) else (0, 0, 0)
     status = _fit(model, entries, o, folder, position, deadline, progress, elapsed - start)
-    write_vectors(out, words, model.vectors(o.vectors))
+    write_vectors(out, words, all_but_the_top(model.vectors(o.vectors), o.remove_directions))
     summary = {"words": len(words), "entries": info["entries"], "corpus_words": info["words"],
                "epochs": model.epoch, "cost": model.cost, "status": status, "count_seconds": round(counted, 1),
                "seconds": round(elapsed + time.perf_counter() - start, 1)}
@@ -154,7 +162,7 @@ def _open_run(folder: str, settings: dict, resume: bool) -> None:
         with open(path) as f:
             saved = {"draws": 1, **json.load(f)}  # a run from before --draws counted one draw
         # what a resumed run may change: how long it runs, and which of its vectors it writes
-        changed = [k for k in settings if k not in ("epochs", "max_minutes", "data", "vectors")
+        changed = [k for k in settings if k not in ("epochs", "max_minutes", "data", "vectors", "remove_directions")
                    and saved.get(k) != settings[k]]
         if changed:
             raise BertforgeError(f"--resume with other settings than the run in {folder}: {', '.join(changed)}")
@@ -305,6 +313,17 @@ class Glove:
             meta = f.metadata()
         self.epoch, self.cost = int(meta["epoch"]), json.loads(meta["cost"])
         return tuple(json.loads(meta["position"]))
+
+
+def all_but_the_top(vectors: np.ndarray, count: int) -> np.ndarray:
+    """All-but-the-top (Mu & Viswanath, 2018): the vectors' mean taken away, then their `count` top
+    principal directions (of the centred vectors), which in trained word vectors follow how frequent a
+    word is more than what it means. `count` 0 returns the vectors untouched."""
+    if count == 0:
+        return vectors
+    centred = vectors.astype(np.float64) - vectors.mean(0, dtype=np.float64)
+    top = np.linalg.svd(centred, full_matrices=False)[2][:count]  # rows: the directions, unit length
+    return (centred - (centred @ top.T) @ top).astype(vectors.dtype)
 
 
 def shuffled_groups(entries: int, seed: int, epoch: int, group_entries: int) -> list[np.ndarray]:

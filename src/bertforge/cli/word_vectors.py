@@ -41,6 +41,9 @@ def add_command(commands) -> None:
                    help="what is written: sum, word + context vectors (GloVe's -model 2: the better for word "
                         "similarity); word, word vectors alone (-model 1: the better for analogies); --resume may "
                         "change it")
+    p.add_argument("--remove-directions", type=int, default=0, metavar="D",
+                   help="take the written vectors' mean away, then their D top principal directions (Mu & "
+                        "Viswanath's all-but-the-top; their rule: D = dim / 100); --resume may change it")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation and the shuffling")
     p.add_argument("--resume", action="store_true", help="continue the run of OUT from OUT.run/")
     p.set_defaults(func=run)
