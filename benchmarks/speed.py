@@ -564,9 +564,10 @@ def precision_of(impl: str, ours: str) -> str:
 
 CASES = ["pretrain", "finetune", "embed", "classify", "shards", "gpt", "generate", "accuracy"]
 DEFAULT_CASES = ["pretrain", "finetune", "embed", "classify", "shards", "gpt", "generate"]
+NEEDS_DATA = {"finetune", "embed", "classify", "shards", "accuracy"}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/bench")
     parser.add_argument("--cases", nargs="+", default=DEFAULT_CASES, choices=CASES,
@@ -578,41 +579,29 @@ def main() -> None:
                              "OUT/sst2-minilm)")
     parser.add_argument("--gpu", action="store_true", help="the GPU suite instead (skips without CUDA)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        import peers
+    return parser
 
-        kind, *rest = args.child
-        result = {"peak": matmul_peak, "pretrain": pretrain_child, "finetune": finetune_child,
-                  "embed": peers.embed_child, "classify": peers.classify_child, "shards": shards_child,
-                  "accuracy": accuracy_child, "generate": generate_child, "gpu": gpu_child}[kind](*rest)
-        print(json.dumps(result))
-        return
-    if args.gpu:
-        return gpu_main(args.out)
 
-    started = time.perf_counter()
-    os.makedirs(args.out, exist_ok=True)
-    needs_data = {"finetune", "embed", "classify", "shards", "accuracy"} & set(args.cases)
-    if needs_data and not os.path.isdir(DATA):
-        print(f"shared data not found at {DATA}: skipping {', '.join(sorted(needs_data))}")
-        args.cases = [c for c in args.cases if c not in needs_data]
-    import torch
+def run_child(kind: str, *rest: str) -> dict:
+    """One measurement, in this (fresh) process."""
+    import peers
 
-    report = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__,
-                          "matmul_gflop_per_s": child("peak")}}
-    peak = report["machine"]["matmul_gflop_per_s"]
-    bf16 = report["machine"]["bf16"] = cpu_has_bf16()
-    ours_precision = "bf16" if bf16 else "fp32"
-    print(f"matmul peak: bf16 {peak.get('bfloat16', 'not supported: ours runs in fp32')} GFLOP/s, "
-          f"fp32 {peak['float32']} GFLOP/s", flush=True)
-    rows = []
+    return {"peak": matmul_peak, "pretrain": pretrain_child, "finetune": finetune_child,
+            "embed": peers.embed_child, "classify": peers.classify_child, "shards": shards_child,
+            "accuracy": accuracy_child, "generate": generate_child, "gpu": gpu_child}[kind](*rest)
 
-    def add(case: str, results: dict, unit: str, default: str = "transformers", notes: dict | None = None):
-        """One row per implementation; ratios against ours at the same precision and, for ours,
-        against `default` (transformers as users run it)."""
+
+class Rows:
+    """The report's rows: one per implementation, with ratios against ours at the same precision and,
+    for ours, against transformers as users run it; printed as they come."""
+
+    def __init__(self, peak: dict, bf16: bool):
+        self.peak, self.bf16, self.rows = peak, bf16, []
+        self.ours_precision = "bf16" if bf16 else "fp32"
+
+    def add(self, case: str, results: dict, unit: str, default: str = "transformers", notes: dict | None = None):
         key = f"{unit}_per_s"
-        precision = {impl: precision_of(impl, ours_precision) for impl in results}
+        precision = {impl: precision_of(impl, self.ours_precision) for impl in results}
         ours_at = {}  # the first of ours at each precision (generation: with the cache)
         for i, r in results.items():
             if i.startswith("ours"):
@@ -625,78 +614,124 @@ def main() -> None:
             elif precision[impl] in ours_at:
                 row["ours_vs_this"] = round(ours_at[precision[impl]] / r[key], 2)
             if "model_gflop_per_s" in r and precision[impl] != "int8":  # no int8 peak is measured
-                row["mfu"] = round(r["model_gflop_per_s"] / peak["bfloat16" if precision[impl] == "bf16" else "float32"], 3)
+                peak = self.peak["bfloat16" if precision[impl] == "bf16" else "float32"]
+                row["mfu"] = round(r["model_gflop_per_s"] / peak, 3)
             for k in ("dev_accuracy", "batches"):
                 if k in r:
                     row[k] = r[k]
             row.update((notes or {}).get(impl, {}))
-            rows.append(row)
+            self.rows.append(row)
             print(json.dumps(row), flush=True)
 
-    step_impls = ["ours", "transformers"] + (["transformers-autocast"] if bf16 else [])
-    if "pretrain" in args.cases:
+
+def step_cases(rows: Rows, args, report: dict) -> None:
+    """The pretraining steps of BERT (MLM + NSP) and of GPT-1 at each preset's size."""
+    impls = ["ours", "transformers"] + (["transformers-autocast"] if rows.bf16 else [])
+    for case, family, what in (("pretrain", "bert", "pretraining step {}, MLM + NSP, 32 x 128"),
+                               ("gpt", "gpt", "GPT-1 pretraining step {}, 32 x 128")):
+        if case not in args.cases:
+            continue
         for name in args.presets:
-            add(f"pretraining step {name}, MLM + NSP, 32 x 128",
-                alternate("pretrain", step_impls, name, rounds=1 if name == "bert-base" else 2), "tokens")
-    if "gpt" in args.cases:
-        for name in args.presets:
-            add(f"GPT-1 pretraining step {name}, 32 x 128",
-                alternate("pretrain", step_impls, name, "gpt", rounds=1 if name == "bert-base" else 2),
-                "tokens")
-    if "generate" in args.cases:
-        work = tempfile.mkdtemp(prefix="bench-generate-")
-        save_random_gpt(work)
-        best = {impl: child("generate", impl, work) for impl in ("ours-cache", "ours-no-cache", "transformers")}
-        same = {impl: {"same_tokens": best[impl]["tokens"] == best["transformers"]["tokens"]} for impl in best}
-        add("GPT-1 greedy generation, 96 tokens after 32", best, "tokens", notes=same)
-        shutil.rmtree(work, ignore_errors=True)
-    if "finetune" in args.cases:
-        add("fine-tuning step, SST-2, all-MiniLM-L6-v2, batch 32",
-            alternate("finetune", ["ours", "transformers", "transformers-grouped"]), "sentences")
-    if "embed" in args.cases:
-        import numpy as np
-        import peers
+            rounds = 1 if name == "bert-base" else 2
+            rows.add(what.format(name), alternate("pretrain", impls, name, family, rounds=rounds), "tokens")
 
-        work = tempfile.mkdtemp(prefix="bench-embed-")
-        peers.prepare(minilm(), work)
-        impls = peers.embed_impls(bf16)
-        paths = {impl: os.path.join(work, f"{impl}.npy") for impl in impls}
-        best = alternate("embed", impls, minilm(), work, rounds=2, paths=paths)
-        reference = np.load(paths["ours-fp32"])
-        notes = {impl: peers.compare(np.load(path), reference) for impl, path in paths.items()}
-        add("embedding 4,000 SST-2 sentences, all-MiniLM-L6-v2", best, "sentences",
-            default="transformers-fp32-padded", notes=notes)
-        shutil.rmtree(work, ignore_errors=True)
-    if "classify" in args.cases:
-        import numpy as np
-        import peers
 
-        directory = args.classifier or sst2_classifier(args.out)
-        work = tempfile.mkdtemp(prefix="bench-classify-")
-        peers.prepare(directory, work, classifier=True)
-        impls = peers.classify_impls(bf16)
-        paths = {impl: os.path.join(work, f"{impl}.npy") for impl in impls}
-        best = alternate("classify", impls, directory, work, rounds=2, paths=paths)
-        reference = np.load(paths["ours-fp32"])
-        notes = {impl: {"same_predictions": float(f"{(np.load(p).argmax(1) == reference.argmax(1)).mean():.4f}")}
-                 for impl, p in paths.items()}
-        add("SST-2 classification, 872 dev sentences, fine-tuned MiniLM", best, "sentences",
-            default="transformers-fp32-sorted", notes=notes)
-        shutil.rmtree(work, ignore_errors=True)
-    if "shards" in args.cases:
-        report["shards"] = shards_case()
-    if "accuracy" in args.cases:
-        work = tempfile.mkdtemp(prefix="bench-accuracy-")
-        report["accuracy"] = {impl: child("accuracy", impl, work) for impl in ("ours", "transformers")}
-        print(json.dumps({"accuracy": report["accuracy"]}), flush=True)
-        shutil.rmtree(work, ignore_errors=True)
+def generate_case(rows: Rows, args, report: dict) -> None:
+    work = tempfile.mkdtemp(prefix="bench-generate-")
+    save_random_gpt(work)
+    best = {impl: child("generate", impl, work) for impl in ("ours-cache", "ours-no-cache", "transformers")}
+    same = {impl: {"same_tokens": best[impl]["tokens"] == best["transformers"]["tokens"]} for impl in best}
+    rows.add("GPT-1 greedy generation, 96 tokens after 32", best, "tokens", notes=same)
+    shutil.rmtree(work, ignore_errors=True)
 
-    report["rows"] = rows
+
+def finetune_case(rows: Rows, args, report: dict) -> None:
+    rows.add("fine-tuning step, SST-2, all-MiniLM-L6-v2, batch 32",
+             alternate("finetune", ["ours", "transformers", "transformers-grouped"]), "sentences")
+
+
+def embed_case(rows: Rows, args, report: dict) -> None:
+    import numpy as np
+    import peers
+
+    work = tempfile.mkdtemp(prefix="bench-embed-")
+    peers.prepare(minilm(), work)
+    impls = peers.embed_impls(rows.bf16)
+    paths = {impl: os.path.join(work, f"{impl}.npy") for impl in impls}
+    best = alternate("embed", impls, minilm(), work, rounds=2, paths=paths)
+    reference = np.load(paths["ours-fp32"])
+    notes = {impl: peers.compare(np.load(path), reference) for impl, path in paths.items()}
+    rows.add("embedding 4,000 SST-2 sentences, all-MiniLM-L6-v2", best, "sentences",
+             default="transformers-fp32-padded", notes=notes)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def classify_case(rows: Rows, args, report: dict) -> None:
+    import numpy as np
+    import peers
+
+    directory = args.classifier or sst2_classifier(args.out)
+    work = tempfile.mkdtemp(prefix="bench-classify-")
+    peers.prepare(directory, work, classifier=True)
+    impls = peers.classify_impls(rows.bf16)
+    paths = {impl: os.path.join(work, f"{impl}.npy") for impl in impls}
+    best = alternate("classify", impls, directory, work, rounds=2, paths=paths)
+    reference = np.load(paths["ours-fp32"])
+    notes = {impl: {"same_predictions": float(f"{(np.load(p).argmax(1) == reference.argmax(1)).mean():.4f}")}
+             for impl, p in paths.items()}
+    rows.add("SST-2 classification, 872 dev sentences, fine-tuned MiniLM", best, "sentences",
+             default="transformers-fp32-sorted", notes=notes)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def shards_rows(rows: Rows, args, report: dict) -> None:
+    report["shards"] = shards_case()
+
+
+def accuracy_case(rows: Rows, args, report: dict) -> None:
+    work = tempfile.mkdtemp(prefix="bench-accuracy-")
+    report["accuracy"] = {impl: child("accuracy", impl, work) for impl in ("ours", "transformers")}
+    print(json.dumps({"accuracy": report["accuracy"]}), flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+# The cases each runner measures, in the order they run.
+RUNNERS = [(("pretrain", "gpt"), step_cases), (("generate",), generate_case), (("finetune",), finetune_case),
+           (("embed",), embed_case), (("classify",), classify_case), (("shards",), shards_rows),
+           (("accuracy",), accuracy_case)]
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    if args.child:
+        print(json.dumps(run_child(*args.child)))
+        return
+    if args.gpu:
+        return gpu_main(args.out)
+
+    started = time.perf_counter()
+    os.makedirs(args.out, exist_ok=True)
+    needs_data = NEEDS_DATA & set(args.cases)
+    if needs_data and not os.path.isdir(DATA):
+        print(f"shared data not found at {DATA}: skipping {', '.join(sorted(needs_data))}")
+        args.cases = [c for c in args.cases if c not in needs_data]
+    import torch
+
+    report = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__,
+                          "matmul_gflop_per_s": child("peak")}}
+    peak = report["machine"]["matmul_gflop_per_s"]
+    rows = Rows(peak, report["machine"].setdefault("bf16", cpu_has_bf16()))
+    print(f"matmul peak: bf16 {peak.get('bfloat16', 'not supported: ours runs in fp32')} GFLOP/s, "
+          f"fp32 {peak['float32']} GFLOP/s", flush=True)
+    for cases, run in RUNNERS:
+        if set(cases) & set(args.cases):
+            run(rows, args, report)
+    report["rows"] = rows.rows
     report["minutes"] = round((time.perf_counter() - started) / 60, 1)
     with open(os.path.join(args.out, "speed.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     print()
-    save_table(os.path.join(args.out, "speed.md"), table(rows))
+    save_table(os.path.join(args.out, "speed.md"), table(rows.rows))
     for impl, r in report.get("accuracy", {}).items():
         print(f"SST-2 dev accuracy after the same fine-tuning, {impl}: {r['dev_accuracy']} ({r['minutes']} min)")
     for s in report.get("shards", []):
