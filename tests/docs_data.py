@@ -1,14 +1,22 @@
-"""The made-up files the docs' commands read: `lay_out` puts tiny versions of everything the pages
-name (a corpus, and under `data/` the public datasets docs/data.md fetches: Gutenberg, SST-2,
-CoNLL-2003, SQuAD, Multi30k) where they name it, so that tests/test_docs.py runs every block without
-the network or the real shared data."""
+"""What the docs' tests share: the pages in reading order (PAGES), GitHub's anchor of a heading
+(`slug`), and the made-up files the docs' commands read: `lay_out` puts tiny versions of everything
+the pages name (a corpus, and under `data/` the public datasets docs/data.md fetches: Gutenberg,
+SST-2, CoNLL-2003, SQuAD, Multi30k) where they name it, so that tests/test_docs.py runs every block
+without the network or the real shared data."""
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The pages in reading order: a page's commands may use what the pages before it made.
+PAGES = ("README.md", "docs/install.md", "docs/data.md", "docs/command-line.md", "docs/pretraining.md", "docs/distributed.md",
+         "docs/recipe.md", "docs/bert-family.md", "docs/gpt.md", "docs/ulmfit.md", "docs/elmo.md",
+         "docs/translation.md", "docs/cove.md", "docs/finetuning.md", "docs/serving.md", "docs/python.md",
+         "docs/reliability.md", "docs/benchmarks.md", "docs/speed.md", "docs/history.md", "docs/architecture.md", "docs/layout.md",
+         "docs/cli-reference.md")
 
 WORDS = ("the king and the queen walk to the old castle by the river . a good man sings of the sea and "
          "the long night . my lord , the ship is lost in the storm . she reads a letter from her brother").split()
@@ -98,3 +106,8 @@ def published_elmo(work: Path) -> None:
         shutil.copy(work / "elmo-allen" / name, work / name)
     with h5py.File(work / "weights.hdf5", "a") as f:
         del f["softmax"]
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
