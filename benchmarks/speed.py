@@ -633,7 +633,8 @@ def step_cases(rows: Rows, args, report: dict) -> None:
             continue
         for name in args.presets:
             rounds = 1 if name == "bert-base" else 2
-            rows.add(what.format(name), alternate("pretrain", impls, name, family, rounds=rounds), "tokens")
+            family_arg = () if family == "bert" else (family,)  # the child's default family is BERT
+            rows.add(what.format(name), alternate("pretrain", impls, name, *family_arg, rounds=rounds), "tokens")
 
 
 def generate_case(rows: Rows, args, report: dict) -> None:
@@ -684,7 +685,7 @@ def classify_case(rows: Rows, args, report: dict) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def shards_rows(rows: Rows, args, report: dict) -> None:
+def shards_report(rows: Rows, args, report: dict) -> None:
     report["shards"] = shards_case()
 
 
@@ -695,9 +696,10 @@ def accuracy_case(rows: Rows, args, report: dict) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-# The cases each runner measures, in the order they run.
+# The cases each runner measures, in the order they run (each takes the rows, the arguments and the report,
+# whether it needs them or not).
 RUNNERS = [(("pretrain", "gpt"), step_cases), (("generate",), generate_case), (("finetune",), finetune_case),
-           (("embed",), embed_case), (("classify",), classify_case), (("shards",), shards_rows),
+           (("embed",), embed_case), (("classify",), classify_case), (("shards",), shards_report),
            (("accuracy",), accuracy_case)]
 
 
@@ -720,7 +722,8 @@ def main() -> None:
     report = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__,
                           "matmul_gflop_per_s": child("peak")}}
     peak = report["machine"]["matmul_gflop_per_s"]
-    rows = Rows(peak, report["machine"].setdefault("bf16", cpu_has_bf16()))
+    bf16 = report["machine"]["bf16"] = cpu_has_bf16()
+    rows = Rows(peak, bf16)
     print(f"matmul peak: bf16 {peak.get('bfloat16', 'not supported: ours runs in fp32')} GFLOP/s, "
           f"fp32 {peak['float32']} GFLOP/s", flush=True)
     for cases, run in RUNNERS:

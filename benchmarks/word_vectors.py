@@ -4,9 +4,8 @@ Each side runs in its own process, one after the other, on the same words (the c
 by bertforge's reader: Gutenberg boilerplate removed, paragraphs, lowercased words):
 - ours: `bertforge word-vectors` (GloVe: window 10, min count 5, frequent words subsampled at 1e-3,
   x_max 10, AdaGrad 0.2) with --dim, --epochs, --subsample, --draws and --remove-directions, counting
-  included in its time, scored
-  twice: the vectors it writes by default (word + context) and the same fit's word vectors alone
-  (`--vectors word`, written by resuming a copy of the finished run);
+  included in its time, scored twice: the vectors it writes by default (word + context) and the same
+  fit's word vectors alone (`--vectors word`, written by resuming a copy of the finished run);
 - gensim's Word2Vec with its defaults (CBOW, window 5, min count 5, negative 5, 5 epochs, 3 workers)
   at --dim, on the same word lists held in memory (its time is its training; reading and
   splitting the corpus, which ours includes, is timed apart);
@@ -128,10 +127,10 @@ def child(kind: str, args: list[str]) -> dict:
 
 def table(report: dict) -> str:
     ours = report["ours"]
-    draws = f", {ours['draws']} draws averaged" if ours.get("draws", 1) > 1 else ""
     removed = ours.get("remove_directions", 0)
-    draws += f", mean and top {removed} direction{'s' * (removed > 1)} removed" if removed else ""
-    names = {"ours": f"bertforge GloVe (subsampling {ours['subsample']:g}{draws}): counting "
+    recipe = (f", {ours['draws']} draws averaged" if ours.get("draws", 1) > 1 else "") + \
+        (f", mean and top {removed} direction{'s' * (removed > 1)} removed" if removed else "")
+    names = {"ours": f"bertforge GloVe (subsampling {ours['subsample']:g}{recipe}): counting "
                      f"({ours['summary']['count_seconds']} s) + "
                      f"{ours['summary']['epochs']} epochs ({ours['summary']['status']})",
              "gensim": "gensim Word2Vec, its defaults: training (+ {} s reading the corpus)",

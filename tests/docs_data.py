@@ -12,11 +12,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # The pages in reading order: a page's commands may use what the pages before it made.
-PAGES = ("README.md", "docs/install.md", "docs/data.md", "docs/command-line.md", "docs/pretraining.md", "docs/distributed.md",
-         "docs/recipe.md", "docs/bert-family.md", "docs/gpt.md", "docs/ulmfit.md", "docs/elmo.md",
-         "docs/translation.md", "docs/cove.md", "docs/finetuning.md", "docs/serving.md", "docs/python.md",
-         "docs/reliability.md", "docs/benchmarks.md", "docs/speed.md", "docs/history.md", "docs/architecture.md", "docs/layout.md",
-         "docs/cli-reference.md")
+PAGES = ("README.md", "docs/install.md", "docs/data.md", "docs/command-line.md", "docs/pretraining.md",
+         "docs/distributed.md", "docs/recipe.md", "docs/bert-family.md", "docs/gpt.md", "docs/ulmfit.md",
+         "docs/elmo.md", "docs/translation.md", "docs/cove.md", "docs/finetuning.md", "docs/serving.md",
+         "docs/python.md", "docs/reliability.md", "docs/benchmarks.md", "docs/speed.md", "docs/history.md",
+         "docs/architecture.md", "docs/layout.md", "docs/cli-reference.md")
 
 WORDS = ("the king and the queen walk to the old castle by the river . a good man sings of the sea and "
          "the long night . my lord , the ship is lost in the storm . she reads a letter from her brother").split()

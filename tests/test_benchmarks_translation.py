@@ -2,7 +2,8 @@
 with the script's own parser, and the pure pieces (the pair argument, the peer's batches, the BLEU
 curve read from a run's metrics.jsonl, the running means of checkpoints, the tables) do what the
 reports say; and the model FLOPs the speed benchmarks divide by (mt_flops.py's, harness.py's
-encoder) are the products the models make, by PyTorch's own count. The runs themselves take minutes (`speed --quick`
+encoder) are the products the models make, by PyTorch's own count; speed.py's main, its measurements
+stubbed, runs the cases asked once each, in order. The runs themselves take minutes (`speed --quick`
 took 3 to 6 on two shared cores, in eleven processes), so they are not run here."""
 
 import argparse
@@ -211,3 +212,32 @@ def test_the_encoder_flops_are_the_products_bert_makes():
         with torch.no_grad():
             counted += _counted(lambda: model(torch.randint(0, 50, (1, length))))
     assert counted == encoder_flops(config, [5, 9])
+
+
+def test_speed_runs_the_cases_asked_once_each_in_its_order(tmp_path, monkeypatch, capsys):
+    """benchmarks/speed.py's main, every child measurement stubbed: the cases asked run once each, in the
+    script's order whatever the order asked, each child given its arguments, each row its ratios."""
+    import json
+
+    speed = pytest.importorskip("speed")
+    calls = []
+
+    def child(*args):
+        calls.append(args)
+        return {"float32": 100.0} if args == ("peak",) else \
+            {"tokens_per_s": 2.0 if args[1] == "ours" else 1.0, "peak_rss_mb": 1, "model_gflop_per_s": 10.0}
+
+    monkeypatch.setattr(speed, "child", child)
+    monkeypatch.setattr(speed, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(sys, "argv", ["speed.py", "--cases", "gpt", "pretrain", "gpt", "--presets", "bert-mini",
+                                      "--out", str(tmp_path)])
+    speed.main()
+    bert, gpt = ("pretrain", "{}", "bert-mini"), ("pretrain", "{}", "bert-mini", "gpt")
+    expected = [("peak",)] + [tuple(a.format(impl) for a in args) for args in (bert, gpt)
+                              for _ in range(2) for impl in ("ours", "transformers")]
+    assert calls == expected
+    rows = json.loads((tmp_path / "speed.json").read_text())["rows"]
+    bert_case, gpt_case = "pretraining step bert-mini", "GPT-1 pretraining step bert-mini"
+    assert [(r["case"].split(",")[0], r["impl"], r.get("vs_default"), r["mfu"]) for r in rows] == [
+        (bert_case, "ours", 2.0, 0.1), (bert_case, "transformers", None, 0.1),
+        (gpt_case, "ours", 2.0, 0.1), (gpt_case, "transformers", None, 0.1)]

@@ -322,7 +322,9 @@ def all_but_the_top(vectors: np.ndarray, count: int) -> np.ndarray:
     if count == 0:
         return vectors
     centred = vectors.astype(np.float64) - vectors.mean(0, dtype=np.float64)
-    top = np.linalg.svd(centred, full_matrices=False)[2][:count]  # rows: the directions, unit length
+    # the principal directions from the dim x dim scatter matrix: no words x dim factor as an SVD would make
+    directions = np.linalg.eigh(centred.T @ centred)[1]  # by eigenvalue, ascending
+    top = directions[:, ::-1][:, :count].T  # rows: the directions, unit length
     return (centred - (centred @ top.T) @ top).astype(vectors.dtype)
 
 
