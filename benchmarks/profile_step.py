@@ -14,20 +14,20 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import speed  # noqa: E402  (the speed suite's batch and model set-up)
+import measure  # noqa: E402  (the speed suite's batch and model set-up)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="bert-mini", choices=speed.PRESETS)
+    parser.add_argument("--preset", default="bert-mini", choices=measure.PRESETS)
     parser.add_argument("--impl", default="ours", choices=["ours", "transformers"])
     parser.add_argument("--rows", type=int, default=25)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--batch", type=int, default=speed.BATCH)
-    parser.add_argument("--length", type=int, default=speed.LENGTH)
+    parser.add_argument("--batch", type=int, default=measure.BATCH)
+    parser.add_argument("--length", type=int, default=measure.LENGTH)
     args = parser.parse_args()
     gpu = args.device == "cuda"
-    step, _ = speed.pretrain_step(args.impl, args.preset, args.device, args.batch, args.length)
+    step, _ = measure.pretrain_step(args.impl, args.preset, args.device, args.batch, args.length)
     for _ in range(3):
         step()
     if gpu:
